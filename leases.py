@@ -1,0 +1,393 @@
+"""Leases with fencing epochs: one trusted authority and the receivers it protects, on SQLite.
+
+The contract, in short:
+
+* ``LeaseAuthority`` grants a lease on a resource to one holder at a time.  Every grant takes the
+  next epoch for that resource (1, 2, 3, ...), inside one ``BEGIN IMMEDIATE`` transaction, so no
+  epoch is ever handed out twice.  Time is logical: the caller passes the tick ``now``; a lease is
+  live while it has a holder and ``now < expires_at``, so it is expired *at* its expiry tick.
+* ``Receiver`` is the service a holder writes to.  It stores one (epoch, value) per resource.
+  Fenced, it compares and writes atomically: a higher epoch is applied, the same epoch with the
+  same value is a replay, the same epoch with another value a conflict, a lower epoch is stale.
+  Unfenced, it applies every write blindly.  Every decision is appended to a durable log.
+* The receiver never asks the authority or any clock: a lower epoch is refused only once the
+  receiver has itself stored a higher one.
+
+This is a single-host executable model, not a lease service: see README.md for its limits.
+"""
+
+import contextlib
+import enum
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # typing.Self exists from 3.11; only type checkers read this
+    from typing import Self
+
+__all__ = [
+    "Lease",
+    "LeaseAuthority",
+    "LeaseError",
+    "LeaseHeld",
+    "LeaseLost",
+    "Outcome",
+    "Receiver",
+    "WriteResult",
+]
+
+# Only bounds how long a transaction waits for SQLite's write lock; no rule depends on it.
+BUSY_TIMEOUT_SECONDS = 30.0
+
+_SQLITE_INT_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A grant of `resource` to `holder`, fenced by `epoch`, live until tick `expires_at`."""
+
+    resource: str
+    holder: str
+    epoch: int
+    expires_at: int
+
+
+class Outcome(str, enum.Enum):
+    """What a receiver decided about one write."""
+
+    APPLIED = "applied"  # stored: the first write, a higher epoch, or any write when unfenced
+    REPLAY = "replay"  # same epoch and same value as stored: nothing to do
+    CONFLICT = "conflict"  # same epoch, another value: refused, one value per epoch
+    STALE = "stale"  # lower epoch than stored: refused
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """A receiver's decision: what was attempted, and what it holds after the call."""
+
+    outcome: Outcome
+    resource: str
+    epoch: int
+    value: str
+    stored_epoch: int
+    stored_value: str
+
+
+class LeaseError(Exception):
+    """The lease authority refused an operation, or a database could not be used."""
+
+
+class LeaseHeld(LeaseError):
+    """An acquisition met a live lease; `lease` (and its fields) say who holds it until when."""
+
+    def __init__(self, lease: Lease) -> None:
+        super().__init__(
+            f"resource {lease.resource!r} is held by {lease.holder!r} at epoch {lease.epoch} "
+            f"until tick {lease.expires_at}"
+        )
+        self.lease = lease
+        self.holder = lease.holder
+        self.epoch = lease.epoch
+        self.expires_at = lease.expires_at
+
+    def __reduce__(self) -> tuple[type["LeaseHeld"], tuple[Lease]]:
+        return type(self), (self.lease,)
+
+
+class LeaseLost(LeaseError):
+    """`lease` is no longer the current lease of its resource; `current` is, or None."""
+
+    def __init__(self, lease: Lease, current: Lease | None, reason: str) -> None:
+        super().__init__(
+            f"lease on {lease.resource!r} held by {lease.holder!r} at epoch {lease.epoch} "
+            f"is lost: {reason}"
+        )
+        self.lease = lease
+        self.current = current
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type["LeaseLost"], tuple[Lease, Lease | None, str]]:
+        return type(self), (self.lease, self.current, self.reason)
+
+
+# --- validation: every check runs before a transaction starts, so bad input changes nothing ---
+
+
+def _check_text(name: str, value: object, *, empty_ok: bool = False) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {value!r}")
+    if not value and not empty_ok:
+        raise ValueError(f"{name} must be a non-empty str, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} must be encodable as UTF-8, got {value!r}") from None
+    return value
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> int:
+    # bool is an int subclass, but True is not a tick, a duration or an epoch.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if not minimum <= value <= _SQLITE_INT_MAX:
+        raise ValueError(f"{name} must be an int from {minimum} to {_SQLITE_INT_MAX}, got {value!r}")
+    return value
+
+
+def _check_expiry(now: object, ttl: object) -> int:
+    expires_at = _check_int("now", now, minimum=0) + _check_int("ttl", ttl, minimum=1)
+    if expires_at > _SQLITE_INT_MAX:
+        raise ValueError(f"now + ttl must not exceed {_SQLITE_INT_MAX}, got {now!r} + {ttl!r}")
+    return expires_at
+
+
+def _check_lease(value: object) -> Lease:
+    if not isinstance(value, Lease):
+        raise TypeError(f"lease must be a Lease, got {value!r}")
+    _check_text("lease.resource", value.resource)
+    _check_text("lease.holder", value.holder)
+    _check_int("lease.epoch", value.epoch, minimum=1)
+    return value
+
+
+# --- storage: one way to open a database, one way to run a transaction ---
+
+
+def _connect(path: str | os.PathLike[str], schema: tuple[str, ...]) -> sqlite3.Connection:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise LeaseError(f"cannot open database {os.fspath(path)!r}: folder {folder!r} does not exist")
+    try:
+        # isolation_level=None: the sqlite3 module starts no transaction of its own; we do.
+        connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise LeaseError(f"cannot open database {os.fspath(path)!r}: {exc}") from exc
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        with _transaction(connection):
+            for statement in schema:
+                connection.execute(statement)
+    except sqlite3.Error as exc:
+        connection.close()
+        raise LeaseError(f"cannot use database {os.fspath(path)!r}: {exc}") from exc
+    return connection
+
+
+@contextlib.contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """Run the block as one write transaction, rolled back if it raises.
+
+    IMMEDIATE takes the write lock before the first read, so a read-decide-write block cannot
+    interleave with another writer; a deferred BEGIN would read, then fail to upgrade.
+    """
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield connection
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+class _Database:
+    """A connection of this process's own, closed by `close()` or at the end of a `with`."""
+
+    _SCHEMA: tuple[str, ...] = ()
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._connection = _connect(path, self._SCHEMA)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def __enter__(self) -> "Self":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# --- the authority ---
+
+
+class _Row(NamedTuple):
+    holder: str | None  # None once released; the epoch stays, so it is never granted again
+    epoch: int
+    expires_at: int
+
+
+def _lease(resource: str, row: _Row) -> Lease | None:
+    return None if row.holder is None else Lease(resource, row.holder, row.epoch, row.expires_at)
+
+
+class LeaseAuthority(_Database):
+    """The single trusted source of leases and epochs."""
+
+    _SCHEMA = (
+        (
+            "CREATE TABLE IF NOT EXISTS leases ("
+            " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
+            " expires_at INTEGER NOT NULL)"
+        ),
+    )
+
+    def acquire(self, resource: str, holder: str, *, now: int, ttl: int) -> Lease:
+        """Grant `resource` to `holder` with the next epoch, or raise LeaseHeld if it is live."""
+        _check_text("resource", resource)
+        _check_text("holder", holder)
+        expires_at = _check_expiry(now, ttl)
+        with _transaction(self._connection) as connection:
+            row = self._load(connection, resource)
+            if row is not None:
+                stored = _lease(resource, row)
+                if stored is not None and now < stored.expires_at:
+                    raise LeaseHeld(stored)
+            lease = Lease(resource, holder, 1 if row is None else row.epoch + 1, expires_at)
+            connection.execute(
+                "INSERT INTO leases (resource, holder, epoch, expires_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (resource) DO UPDATE SET"
+                " holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at",
+                (lease.resource, lease.holder, lease.epoch, lease.expires_at),
+            )
+        return lease
+
+    def renew(self, lease: Lease, *, now: int, ttl: int) -> Lease:
+        """Extend `lease` to `now + ttl` if it is still the current, unexpired lease."""
+        _check_lease(lease)
+        expires_at = _check_expiry(now, ttl)
+        with _transaction(self._connection) as connection:
+            stored = self._current_or_lost(connection, lease)
+            if not now < stored.expires_at:
+                raise LeaseLost(lease, stored, f"it expired at tick {stored.expires_at}")
+            connection.execute(
+                "UPDATE leases SET expires_at = ? WHERE resource = ?", (expires_at, lease.resource)
+            )
+        return Lease(lease.resource, lease.holder, lease.epoch, expires_at)
+
+    def release(self, lease: Lease) -> None:
+        """Give `resource` up early; its epoch stays, so the next holder gets a higher one."""
+        _check_lease(lease)
+        with _transaction(self._connection) as connection:
+            self._current_or_lost(connection, lease)
+            connection.execute("UPDATE leases SET holder = NULL WHERE resource = ?", (lease.resource,))
+
+    def current(self, resource: str, *, now: int) -> Lease | None:
+        """The lease on `resource` that is live at tick `now`, or None."""
+        _check_text("resource", resource)
+        _check_int("now", now, minimum=0)
+        row = self._load(self._connection, resource)
+        stored = None if row is None else _lease(resource, row)
+        return stored if stored is not None and now < stored.expires_at else None
+
+    @staticmethod
+    def _load(connection: sqlite3.Connection, resource: str) -> _Row | None:
+        row = connection.execute(
+            "SELECT holder, epoch, expires_at FROM leases WHERE resource = ?", (resource,)
+        ).fetchone()
+        return None if row is None else _Row(*row)
+
+    def _current_or_lost(self, connection: sqlite3.Connection, lease: Lease) -> Lease:
+        row = self._load(connection, lease.resource)
+        stored = None if row is None else _lease(lease.resource, row)
+        if stored is None:
+            raise LeaseLost(lease, None, "the resource has no holder")
+        if (stored.epoch, stored.holder) != (lease.epoch, lease.holder):
+            raise LeaseLost(
+                lease, stored, f"the current lease is epoch {stored.epoch} held by {stored.holder!r}"
+            )
+        return stored
+
+
+# --- the receiver ---
+
+
+def _decide(stored: tuple[int, str] | None, epoch: int, value: str) -> Outcome:
+    """The fence: compare a write with what the receiver has already stored."""
+    if stored is None or epoch > stored[0]:
+        return Outcome.APPLIED
+    if epoch < stored[0]:
+        return Outcome.STALE
+    return Outcome.REPLAY if value == stored[1] else Outcome.CONFLICT
+
+
+class Receiver(_Database):
+    """A service that holders write to; fenced, it refuses epochs older than it has stored.
+
+    A fenced and an unfenced receiver keep separate records, even in one database file: they
+    model two different services.  Neither asks the authority or a clock anything.
+    """
+
+    _SCHEMA = (
+        (
+            "CREATE TABLE IF NOT EXISTS receiver_state ("
+            " fenced INTEGER NOT NULL, resource TEXT NOT NULL, epoch INTEGER NOT NULL,"
+            " value TEXT NOT NULL, PRIMARY KEY (fenced, resource))"
+        ),
+        (
+            "CREATE TABLE IF NOT EXISTS receiver_decisions ("
+            " seq INTEGER PRIMARY KEY, fenced INTEGER NOT NULL, resource TEXT NOT NULL,"
+            " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
+            " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL)"
+        ),
+    )
+
+    def __init__(self, path: str | os.PathLike[str], *, fenced: bool = True) -> None:
+        if not isinstance(fenced, bool):
+            raise TypeError(f"fenced must be a bool, got {fenced!r}")
+        super().__init__(path)
+        self.fenced = fenced
+
+    def write(self, resource: str, epoch: int, value: str) -> WriteResult:
+        """Decide on one write, store it if applied, and log the decision: all in one transaction."""
+        _check_text("resource", resource)
+        _check_int("epoch", epoch, minimum=1)
+        _check_text("value", value, empty_ok=True)
+        with _transaction(self._connection) as connection:
+            stored = self._stored(connection, resource)
+            outcome = _decide(stored, epoch, value) if self.fenced else Outcome.APPLIED
+            if outcome is Outcome.APPLIED:
+                stored = (epoch, value)
+                connection.execute(
+                    "INSERT INTO receiver_state (fenced, resource, epoch, value) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (fenced, resource) DO UPDATE SET"
+                    " epoch = excluded.epoch, value = excluded.value",
+                    (self.fenced, resource, epoch, value),
+                )
+            assert stored is not None  # only an applied write can find the record empty
+            result = WriteResult(outcome, resource, epoch, value, *stored)
+            connection.execute(
+                "INSERT INTO receiver_decisions (fenced, resource, outcome, epoch, value,"
+                " stored_epoch, stored_value) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (self.fenced, resource, outcome.value, epoch, value, *stored),
+            )
+        return result
+
+    def read(self, resource: str) -> tuple[int, str] | None:
+        """The stored (epoch, value) of `resource`, or None if nothing was ever applied."""
+        _check_text("resource", resource)
+        return self._stored(self._connection, resource)
+
+    def decisions(self, resource: str) -> list[WriteResult]:
+        """Every decision this receiver made about `resource`, oldest first."""
+        _check_text("resource", resource)
+        rows = self._connection.execute(
+            "SELECT outcome, resource, epoch, value, stored_epoch, stored_value"
+            " FROM receiver_decisions WHERE fenced = ? AND resource = ? ORDER BY seq",
+            (self.fenced, resource),
+        )
+        return [WriteResult(Outcome(outcome), *rest) for outcome, *rest in rows]
+
+    def _stored(self, connection: sqlite3.Connection, resource: str) -> tuple[int, str] | None:
+        row = connection.execute(
+            "SELECT epoch, value FROM receiver_state WHERE fenced = ? AND resource = ?",
+            (self.fenced, resource),
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
