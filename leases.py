@@ -133,7 +133,9 @@ def _check_int(name: str, value: object, *, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {value!r}")
     if not minimum <= value <= _SQLITE_INT_MAX:
-        raise ValueError(f"{name} must be an int from {minimum} to {_SQLITE_INT_MAX}, got {value!r}")
+        raise ValueError(
+            f"{name} must be an int from {minimum} to {_SQLITE_INT_MAX}, got {value!r}"
+        )
     return value
 
 
@@ -156,10 +158,14 @@ def _check_lease(value: object) -> Lease:
 # --- storage: one way to open a database, one way to run a transaction ---
 
 
-def _connect(path: str | os.PathLike[str], schema: tuple[str, ...]) -> sqlite3.Connection:
+def _connect(
+    path: str | os.PathLike[str], schema: tuple[tuple[str, str], ...]
+) -> sqlite3.Connection:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise LeaseError(f"cannot open database {os.fspath(path)!r}: folder {folder!r} does not exist")
+        raise LeaseError(
+            f"cannot open database {os.fspath(path)!r}: folder {folder!r} does not exist"
+        )
     try:
         # isolation_level=None: the sqlite3 module starts no transaction of its own; we do.
         connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
@@ -167,9 +173,12 @@ def _connect(path: str | os.PathLike[str], schema: tuple[str, ...]) -> sqlite3.C
         raise LeaseError(f"cannot open database {os.fspath(path)!r}: {exc}") from exc
     try:
         connection.execute("PRAGMA journal_mode=WAL")
-        with _transaction(connection):
-            for statement in schema:
-                connection.execute(statement)
+        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master")}
+        # Only a new database needs the write lock here: opening must not wait for a writer.
+        if not tables.issuperset(table for table, _ in schema):
+            with _transaction(connection):
+                for _, statement in schema:
+                    connection.execute(statement)
     except sqlite3.Error as exc:
         connection.close()
         raise LeaseError(f"cannot use database {os.fspath(path)!r}: {exc}") from exc
@@ -195,7 +204,7 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]
 class _Database:
     """A connection of this process's own, closed by `close()` or at the end of a `with`."""
 
-    _SCHEMA: tuple[str, ...] = ()
+    _SCHEMA: tuple[tuple[str, str], ...] = ()  # (table, its CREATE TABLE IF NOT EXISTS)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._connection = _connect(path, self._SCHEMA)
@@ -233,9 +242,12 @@ class LeaseAuthority(_Database):
 
     _SCHEMA = (
         (
-            "CREATE TABLE IF NOT EXISTS leases ("
-            " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
-            " expires_at INTEGER NOT NULL)"
+            "leases",
+            (
+                "CREATE TABLE IF NOT EXISTS leases ("
+                " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
+                " expires_at INTEGER NOT NULL)"
+            ),
         ),
     )
 
@@ -277,7 +289,9 @@ class LeaseAuthority(_Database):
         _check_lease(lease)
         with _transaction(self._connection) as connection:
             self._current_or_lost(connection, lease)
-            connection.execute("UPDATE leases SET holder = NULL WHERE resource = ?", (lease.resource,))
+            connection.execute(
+                "UPDATE leases SET holder = NULL WHERE resource = ?", (lease.resource,)
+            )
 
     def current(self, resource: str, *, now: int) -> Lease | None:
         """The lease on `resource` that is live at tick `now`, or None."""
@@ -301,7 +315,9 @@ class LeaseAuthority(_Database):
             raise LeaseLost(lease, None, "the resource has no holder")
         if (stored.epoch, stored.holder) != (lease.epoch, lease.holder):
             raise LeaseLost(
-                lease, stored, f"the current lease is epoch {stored.epoch} held by {stored.holder!r}"
+                lease,
+                stored,
+                f"the current lease is epoch {stored.epoch} held by {stored.holder!r}",
             )
         return stored
 
@@ -327,15 +343,21 @@ class Receiver(_Database):
 
     _SCHEMA = (
         (
-            "CREATE TABLE IF NOT EXISTS receiver_state ("
-            " fenced INTEGER NOT NULL, resource TEXT NOT NULL, epoch INTEGER NOT NULL,"
-            " value TEXT NOT NULL, PRIMARY KEY (fenced, resource))"
+            "receiver_state",
+            (
+                "CREATE TABLE IF NOT EXISTS receiver_state ("
+                " fenced INTEGER NOT NULL, resource TEXT NOT NULL, epoch INTEGER NOT NULL,"
+                " value TEXT NOT NULL, PRIMARY KEY (fenced, resource))"
+            ),
         ),
         (
-            "CREATE TABLE IF NOT EXISTS receiver_decisions ("
-            " seq INTEGER PRIMARY KEY, fenced INTEGER NOT NULL, resource TEXT NOT NULL,"
-            " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
-            " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL)"
+            "receiver_decisions",
+            (
+                "CREATE TABLE IF NOT EXISTS receiver_decisions ("
+                " seq INTEGER PRIMARY KEY, fenced INTEGER NOT NULL, resource TEXT NOT NULL,"
+                " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
+                " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL)"
+            ),
         ),
     )
 
