@@ -1,0 +1,571 @@
+"""The contract of leases.py and run_experiment.py, one clause per test.
+
+Each test names the rule it demonstrates and fails if that rule is broken.  Processes are
+spawned and ordered by Event and Queue handshakes; no test sleeps, and every wait is bounded.
+"""
+
+import contextlib
+import functools
+import json
+import multiprocessing
+import os
+import queue
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import traceback
+import unittest
+from collections import Counter
+from typing import Any
+
+import run_experiment
+from leases import (
+    Lease,
+    LeaseAuthority,
+    LeaseError,
+    LeaseHeld,
+    LeaseLost,
+    Outcome,
+    Receiver,
+    WriteResult,
+)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TIMEOUT = 30.0  # bounds a hung test; no test waits for it to pass
+SPAWN = multiprocessing.get_context("spawn")
+RESOURCE = "invoice-42"
+
+
+# --- child process targets: top level, told everything by their arguments ---
+
+
+def _job(number, function, args, ready, start, results):
+    """Report ready, wait for the common start, run `function(*args)` and report its result."""
+    try:
+        ready.put(number)
+        if not start.wait(TIMEOUT):
+            raise TimeoutError("start was never given")
+        results.put((number, True, function(*args)))
+    except BaseException:
+        results.put((number, False, traceback.format_exc()))
+        raise
+
+
+def _acquire_and_release(db_path: str, holder: str, rounds: int) -> list[int]:
+    """Take the resource `rounds` times, retrying while another process holds it."""
+    epochs: list[int] = []
+    with LeaseAuthority(db_path) as authority:
+        while len(epochs) < rounds:
+            try:
+                lease = authority.acquire(RESOURCE, holder, now=0, ttl=1)
+            except LeaseHeld:
+                continue
+            epochs.append(lease.epoch)
+            authority.release(lease)
+    return epochs
+
+
+def _write_epochs(db_path: str, writer: str, epochs: range) -> list[tuple[int, str]]:
+    with Receiver(db_path) as receiver:
+        return [(e, receiver.write(RESOURCE, e, writer).outcome.value) for e in epochs]
+
+
+def _take_over_and_write(db_path: str, now: int) -> Lease:
+    with LeaseAuthority(db_path) as authority, Receiver(db_path) as receiver:
+        lease = authority.acquire(RESOURCE, "child", now=now, ttl=10)
+        receiver.write(RESOURCE, lease.epoch, "from the child")
+        return lease
+
+
+def _pause_before(store, statement: str, reached, resume) -> None:
+    """Stop `store`'s next statement that starts with `statement`: set `reached`, await `resume`.
+
+    This reaches inside a real operation, between its SQL statements, so that a test can
+    decide exactly what another process does at that moment.
+    """
+
+    def trap(sql: str) -> None:
+        if sql.startswith(statement):
+            reached.set()
+            resume.wait(TIMEOUT)
+
+    store._connection.set_trace_callback(trap)
+
+
+def _acquire_pausing(db_path: str, holder: str, now: int, statement: str, reached, resume):
+    with LeaseAuthority(db_path) as authority:
+        _pause_before(authority, statement, reached, resume)
+        try:
+            return ("granted", authority.acquire(RESOURCE, holder, now=now, ttl=10).epoch)
+        except LeaseHeld as held:
+            return ("held", held.epoch)
+
+
+def _write_pausing(db_path: str, epoch: int, value: str, statement: str, reached, resume):
+    with Receiver(db_path) as receiver:
+        _pause_before(receiver, statement, reached, resume)
+        return receiver.write(RESOURCE, epoch, value)
+
+
+# --- helpers for arranging tests ---
+
+
+def _database(test: unittest.TestCase) -> str:
+    folder = tempfile.TemporaryDirectory(prefix="leases-test-")
+    test.addCleanup(folder.cleanup)
+    return os.path.join(folder.name, "leases.sqlite3")
+
+
+def _authority(test: unittest.TestCase, path: str) -> LeaseAuthority:
+    authority = LeaseAuthority(path)
+    test.addCleanup(authority.close)
+    return authority
+
+
+def _receiver(test: unittest.TestCase, path: str, *, fenced: bool = True) -> Receiver:
+    receiver = Receiver(path, fenced=fenced)
+    test.addCleanup(receiver.close)
+    return receiver
+
+
+def _start(test: unittest.TestCase, target, *args) -> multiprocessing.process.BaseProcess:
+    process = SPAWN.Process(target=target, args=args)
+    process.start()
+
+    def stop() -> None:  # also when the test failed half-way: no child outlives its test
+        if process.is_alive():
+            process.kill()
+        process.join(TIMEOUT)
+
+    test.addCleanup(stop)
+    return process
+
+
+def _get(test: unittest.TestCase, channel, what: str):
+    try:
+        return channel.get(timeout=TIMEOUT)
+    except queue.Empty:
+        test.fail(f"no {what} within {TIMEOUT} s")
+
+
+def _run_together(test: unittest.TestCase, function, arguments: list[tuple]) -> list[Any]:
+    """Run function(*args) in one spawned process per args, all released at once; their results."""
+    ready, start, results = SPAWN.Queue(), SPAWN.Event(), SPAWN.Queue()
+    processes = [
+        _start(test, _job, number, function, args, ready, start, results)
+        for number, args in enumerate(arguments)
+    ]
+    for _ in processes:
+        _get(test, ready, "ready report from a child")
+    start.set()  # every child is open and waiting: now they contend for real
+    outcomes = sorted(_get(test, results, "result from a child") for _ in processes)
+    for number, ok, detail in outcomes:
+        test.assertTrue(ok, f"child {number} failed:\n{detail}")
+    for process in processes:
+        process.join(TIMEOUT)
+        test.assertEqual(process.exitcode, 0)
+    return [detail for _, _, detail in outcomes]
+
+
+def _try_to_overtake(test: unittest.TestCase, function, first: tuple, second: tuple) -> list[Any]:
+    """Pause `first` inside its transaction just before it writes, and run `second` meanwhile.
+
+    `first` is let go only once `second` is about to BEGIN, so if the operation read its state
+    outside the transaction, `second` would have read the same state as `first`.  Returns the
+    results of both calls.
+    """
+    ready, results = SPAWN.Queue(), SPAWN.Queue()
+    go, resume_first = SPAWN.Event(), SPAWN.Event()
+    go.set()
+    first_inside, second_begins = SPAWN.Event(), SPAWN.Event()
+    _start(
+        test, _job, 0, function, (*first, "INSERT", first_inside, resume_first), ready, go, results
+    )
+    test.assertTrue(first_inside.wait(TIMEOUT), "the first call never reached its write")
+    _start(test, _job, 1, function, (*second, "BEGIN", second_begins, go), ready, go, results)
+    test.assertTrue(second_begins.wait(TIMEOUT), "the second call never began")
+    resume_first.set()
+    outcomes = sorted(_get(test, results, "result from a child") for _ in range(2))
+    for number, ok, detail in outcomes:
+        test.assertTrue(ok, f"child {number} failed:\n{detail}")
+    return [detail for _, _, detail in outcomes]
+
+
+def _dump(path: str) -> list[str]:
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        return list(connection.iterdump())
+
+
+@functools.cache
+def _evidence() -> dict[str, dict[str, Any]]:
+    """One concurrent run of the three scenarios, through run_experiment's own engine."""
+    document = run_experiment.run_scenarios(timeout=TIMEOUT)
+    return {record["name"]: record for record in document["scenarios"]}
+
+
+def _story(record: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (e["actor"], e["action"], e["tick"], e["epoch"], e["outcome"], e["stored_epoch"])
+        for e in record["events"]
+    ]
+
+
+class ScenarioTests(unittest.TestCase):
+    """The three scenarios, each played by spawned workers exactly as run_experiment.py does."""
+
+    def assertDecisionsMatchWrites(self, record: dict[str, Any]) -> None:
+        writes = [e for e in record["events"] if e["action"] == "write"]
+        self.assertEqual(
+            [(d["epoch"], d["value"], d["outcome"]) for d in record["decisions"]],
+            [(w["epoch"], w["value"], w["outcome"]) for w in writes],
+        )
+
+    def test_unfenced_receiver_applies_a_late_epoch_1_write_over_epoch_2_and_loses_b_update(self):
+        record = _evidence()["unfenced_receiver"]
+        self.assertEqual(
+            _story(record),
+            [
+                ("A", "acquire", 0, 1, "granted", None),
+                ("B", "acquire", 10, 2, "granted", None),
+                ("B", "write", 10, 2, "applied", 2),
+                ("A", "write", 11, 1, "applied", 1),
+            ],
+        )
+        self.assertEqual(record["final"], {"epoch": 1, "value": "report by A"})
+        self.assertTrue(record["verdict"]["newer_write_overwritten_by_older_epoch"])
+        self.assertTrue(record["verdict"]["write_with_superseded_epoch_applied"])
+        self.assertEqual(record["verdict"]["final_value_written_by"], "A")
+        self.assertDecisionsMatchWrites(record)
+
+    def test_fenced_receiver_rejects_the_late_epoch_1_write_as_stale_and_keeps_b_value(self):
+        record = _evidence()["fenced_receiver"]
+        self.assertEqual(
+            _story(record),
+            [
+                ("A", "acquire", 0, 1, "granted", None),
+                ("B", "acquire", 10, 2, "granted", None),
+                ("B", "write", 10, 2, "applied", 2),
+                ("A", "write", 11, 1, "stale", 2),
+            ],
+        )
+        self.assertEqual(record["final"], {"epoch": 2, "value": "report by B"})
+        self.assertFalse(record["verdict"]["newer_write_overwritten_by_older_epoch"])
+        self.assertFalse(record["verdict"]["write_with_superseded_epoch_applied"])
+        self.assertEqual(record["verdict"]["final_value_written_by"], "B")
+        self.assertDecisionsMatchWrites(record)
+
+    def test_expired_epoch_1_write_is_applied_until_the_receiver_has_seen_epoch_2(self):
+        record = _evidence()["expiry_before_receiver_observation_gap"]
+        self.assertEqual(
+            _story(record),
+            [
+                ("A", "acquire", 0, 1, "granted", None),
+                ("B", "acquire", 10, 2, "granted", None),
+                ("A", "write", 11, 1, "applied", 1),  # expired, superseded, and still applied
+                ("B", "write", 12, 2, "applied", 2),
+                ("A", "write", 13, 1, "stale", 2),  # the same write, once epoch 2 is stored
+            ],
+        )
+        self.assertEqual(record["lease_at_end"], {"holder": "B", "epoch": 2, "expires_at": 20})
+        self.assertTrue(record["verdict"]["write_after_lease_expiry_applied"])
+        self.assertTrue(record["verdict"]["write_with_superseded_epoch_applied"])
+        self.assertEqual(record["verdict"]["final_value_written_by"], "B")
+        self.assertDecisionsMatchWrites(record)
+
+
+class AuthorityTests(unittest.TestCase):
+    def setUp(self) -> None:
+        self.path = _database(self)
+        self.authority = _authority(self, self.path)
+
+    def test_epochs_start_at_1_and_grow_by_1_per_acquisition_independently_per_resource(
+        self,
+    ) -> None:
+        # Quotes, SQL, non-ASCII and long names must round-trip exactly: SQL is parameterised.
+        resources = ['it\'s "quoted"; DROP TABLE leases; --', "ünïcødé ✓ 🚀", "r" * 10_000]
+        granted: dict[str, list[int]] = {r: [] for r in resources}
+        for _ in range(3):
+            for resource in resources:
+                lease = self.authority.acquire(resource, "worker", now=0, ttl=5)
+                self.assertEqual(self.authority.current(resource, now=0), lease)
+                granted[resource].append(lease.epoch)
+                self.authority.release(lease)
+        self.assertEqual(granted, {r: [1, 2, 3] for r in resources})
+
+    def test_a_live_lease_blocks_every_acquisition_until_its_expiry_tick(self) -> None:
+        held = self.authority.acquire(RESOURCE, "A", now=0, ttl=10)
+        for now in range(10):  # up to and including tick 9, one tick before expiry
+            for holder in ("A", "B"):  # the holder too: extending is what renew is for
+                with self.assertRaises(LeaseHeld) as caught:
+                    self.authority.acquire(RESOURCE, holder, now=now, ttl=10)
+                self.assertEqual(
+                    (caught.exception.holder, caught.exception.epoch, caught.exception.expires_at),
+                    ("A", 1, 10),
+                )
+        self.assertEqual(self.authority.current(RESOURCE, now=9), held)
+
+    def test_acquisition_at_exactly_the_expiry_tick_succeeds_with_the_next_epoch(self) -> None:
+        self.authority.acquire(RESOURCE, "A", now=0, ttl=10)
+        self.assertIsNone(self.authority.current(RESOURCE, now=10))
+        self.assertEqual(
+            self.authority.acquire(RESOURCE, "B", now=10, ttl=10), Lease(RESOURCE, "B", 2, 20)
+        )
+
+    def test_renew_extends_only_the_current_holders_unexpired_lease(self) -> None:
+        lease = self.authority.acquire(RESOURCE, "A", now=0, ttl=10)
+        renewed = self.authority.renew(lease, now=9, ttl=10)
+        self.assertEqual(renewed, Lease(RESOURCE, "A", 1, 19))
+        self.assertEqual(self.authority.current(RESOURCE, now=18), renewed)
+        with self.assertRaises(LeaseLost):  # same epoch, another holder: not the holder's lease
+            self.authority.renew(Lease(RESOURCE, "B", 1, 19), now=10, ttl=10)
+        with self.assertRaises(LeaseLost):  # expired at its expiry tick
+            self.authority.renew(renewed, now=19, ttl=10)
+        taken = self.authority.acquire(RESOURCE, "B", now=19, ttl=10)
+        with self.assertRaises(LeaseLost) as caught:  # taken over
+            self.authority.renew(renewed, now=19, ttl=10)
+        self.assertEqual(caught.exception.current, taken)
+
+    def test_release_frees_the_resource_but_never_reuses_its_epoch(self) -> None:
+        first = self.authority.acquire(RESOURCE, "A", now=0, ttl=10)
+        self.authority.release(first)
+        self.assertIsNone(self.authority.current(RESOURCE, now=1))
+        second = self.authority.acquire(RESOURCE, "B", now=1, ttl=10)
+        self.assertEqual(second.epoch, 2)
+        with self.assertRaises(LeaseLost):  # taken over since
+            self.authority.release(first)
+        self.authority.release(second)
+        with self.assertRaises(LeaseLost):  # released twice
+            self.authority.release(second)
+        with self.assertRaises(LeaseLost):  # a released lease cannot be renewed either
+            self.authority.renew(second, now=2, ttl=10)
+
+    def test_concurrent_acquisitions_from_processes_never_share_an_epoch_or_skip_one(self) -> None:
+        rounds = 15
+        per_process = _run_together(
+            self, _acquire_and_release, [(self.path, f"worker-{i}", rounds) for i in range(6)]
+        )
+        granted = sorted(epoch for epochs in per_process for epoch in epochs)
+        self.assertEqual(granted, list(range(1, 6 * rounds + 1)))
+        # Contention above is left to chance; here the unlucky interleaving is forced.
+        first, second = _try_to_overtake(
+            self, _acquire_pausing, (self.path, "X", 100), (self.path, "Y", 100)
+        )
+        self.assertEqual((first, second), (("granted", 6 * rounds + 1), ("held", 6 * rounds + 1)))
+
+
+class ReceiverTests(unittest.TestCase):
+    def setUp(self) -> None:
+        self.path = _database(self)
+        self.receiver = _receiver(self, self.path)
+
+    def assertWrite(
+        self, epoch: int, value: str, outcome: Outcome, stored: tuple[int, str]
+    ) -> None:
+        result = self.receiver.write(RESOURCE, epoch, value)
+        self.assertEqual(result, WriteResult(outcome, RESOURCE, epoch, value, *stored))
+        self.assertEqual(self.receiver.read(RESOURCE), stored)
+        self.assertEqual(self.receiver.decisions(RESOURCE)[-1], result)
+
+    def test_write_with_higher_epoch_is_applied_and_older_epoch_is_stale_once_newer_is_stored(
+        self,
+    ) -> None:
+        self.assertWrite(1, "one", Outcome.APPLIED, (1, "one"))
+        self.assertWrite(3, "three", Outcome.APPLIED, (3, "three"))
+        self.assertWrite(2, "two", Outcome.STALE, (3, "three"))
+        self.assertWrite(1, "one", Outcome.STALE, (3, "three"))
+
+    def test_write_with_same_epoch_and_same_value_is_a_replay_that_changes_nothing(self) -> None:
+        self.assertWrite(2, "two", Outcome.APPLIED, (2, "two"))
+        self.assertWrite(2, "two", Outcome.REPLAY, (2, "two"))
+        self.assertEqual(
+            [d.outcome for d in self.receiver.decisions(RESOURCE)], ["applied", "replay"]
+        )
+
+    def test_write_with_same_epoch_and_another_value_is_a_conflict_that_changes_nothing(
+        self,
+    ) -> None:
+        self.assertWrite(2, "two", Outcome.APPLIED, (2, "two"))
+        self.assertWrite(2, "deux", Outcome.CONFLICT, (2, "two"))
+        self.assertWrite(2, "", Outcome.CONFLICT, (2, "two"))
+
+    def test_unfenced_receiver_overwrites_whatever_the_epoch_and_keeps_its_own_record(self) -> None:
+        unfenced = _receiver(self, self.path, fenced=False)
+        results = [unfenced.write(RESOURCE, e, v) for e, v in [(5, "five"), (1, "one"), (1, "uno")]]
+        self.assertEqual([r.outcome for r in results], [Outcome.APPLIED] * 3)
+        self.assertEqual(unfenced.read(RESOURCE), (1, "uno"))
+        self.assertEqual(unfenced.decisions(RESOURCE), results)
+        # A different service: the fenced receiver on the same file has seen none of it.
+        self.assertIsNone(self.receiver.read(RESOURCE))
+        self.assertEqual(self.receiver.decisions(RESOURCE), [])
+
+    def test_concurrent_writes_from_processes_behave_as_if_made_one_at_a_time(self) -> None:
+        writers = [f"writer-{i}" for i in range(6)]
+        per_writer = _run_together(
+            self, _write_epochs, [(self.path, w, range(1, 11)) for w in writers]
+        )
+        log = self.receiver.decisions(RESOURCE)
+        self.assertEqual(len(log), 6 * 10)
+        # Replay the log one write at a time against the rule: each decision must be the one a
+        # receiver alone would have made, given everything decided before it.
+        stored = None
+        for d in log:
+            want = (
+                "applied"
+                if stored is None or d.epoch > stored[0]
+                else "stale"
+                if d.epoch < stored[0]
+                else "replay"
+                if d.value == stored[1]
+                else "conflict"
+            )
+            self.assertEqual(d.outcome, want, f"{d} after {stored}")
+            stored = (d.stored_epoch, d.stored_value)
+        stored_epochs = [d.stored_epoch for d in log]
+        self.assertEqual(stored_epochs, sorted(stored_epochs), "the stored epoch went down")
+        applied = Counter(d.epoch for d in log if d.outcome is Outcome.APPLIED)
+        self.assertEqual(max(applied.values()), 1, "two values were applied for one epoch")
+        # Each writer's own calls appear in the log in the order it made them, as it saw them.
+        for writer, seen in zip(writers, per_writer):
+            self.assertEqual([(d.epoch, d.outcome.value) for d in log if d.value == writer], seen)
+        # Contention above is left to chance; here the unlucky interleaving is forced.
+        first, second = _try_to_overtake(
+            self, _write_pausing, (self.path, 11, "X"), (self.path, 11, "Y")
+        )
+        self.assertEqual((first.outcome, second.outcome), (Outcome.APPLIED, Outcome.CONFLICT))
+        self.assertEqual(self.receiver.read(RESOURCE), (11, "X"))
+
+
+class DurabilityAndInputTests(unittest.TestCase):
+    def test_state_survives_reopening_and_processes_including_one_killed_mid_commit(self) -> None:
+        path = _database(self)
+        with LeaseAuthority(path) as authority, Receiver(path) as receiver:
+            first = authority.acquire(RESOURCE, "parent", now=0, ttl=5)
+            receiver.write(RESOURCE, first.epoch, "from the parent")
+        [taken] = _run_together(self, _take_over_and_write, [(path, 5)])
+        self.assertEqual(taken, Lease(RESOURCE, "child", 2, 15))
+
+        # A real acquisition, stopped just before its COMMIT and killed there.
+        inside, never = SPAWN.Event(), SPAWN.Event()
+        doomed = _start(self, _acquire_pausing, path, "doomed", 1000, "COMMIT", inside, never)
+        self.assertTrue(inside.wait(TIMEOUT), "the child never reached its COMMIT")
+        doomed.kill()
+        doomed.join(TIMEOUT)
+
+        authority, receiver = _authority(self, path), _receiver(self, path)
+        self.assertEqual(authority.current(RESOURCE, now=14), taken, "the killed grant leaked")
+        self.assertEqual(authority.acquire(RESOURCE, "parent", now=1000, ttl=5).epoch, 3)
+        self.assertEqual(receiver.read(RESOURCE), (2, "from the child"))
+        self.assertEqual(receiver.write(RESOURCE, 1, "from the parent").outcome, Outcome.STALE)
+        self.assertEqual(
+            [(d.epoch, d.outcome) for d in receiver.decisions(RESOURCE)],
+            [(1, Outcome.APPLIED), (2, Outcome.APPLIED), (1, Outcome.STALE)],
+        )
+
+    def test_invalid_input_raises_naming_the_parameter_and_changes_nothing(self) -> None:
+        path = _database(self)
+        authority, receiver = _authority(self, path), _receiver(self, path)
+        lease = authority.acquire(RESOURCE, "A", now=0, ttl=10)
+        receiver.write(RESOURCE, 1, "one")
+        before = _dump(path)
+        big = 2**63
+        cases = [
+            (TypeError, "resource", 7, lambda v: authority.acquire(v, "A", now=20, ttl=1)),
+            (ValueError, "resource", "", lambda v: authority.acquire(v, "A", now=20, ttl=1)),
+            (ValueError, "resource", "\ud800", lambda v: authority.acquire(v, "A", now=20, ttl=1)),
+            (TypeError, "holder", None, lambda v: authority.acquire(RESOURCE, v, now=20, ttl=1)),
+            (TypeError, "now", True, lambda v: authority.acquire(RESOURCE, "B", now=v, ttl=1)),
+            (ValueError, "now", -1, lambda v: authority.acquire(RESOURCE, "B", now=v, ttl=1)),
+            (ValueError, "now", big, lambda v: authority.acquire(RESOURCE, "B", now=v, ttl=1)),
+            (ValueError, "ttl", 0, lambda v: authority.acquire(RESOURCE, "B", now=20, ttl=v)),
+            (TypeError, "ttl", 1.5, lambda v: authority.acquire(RESOURCE, "B", now=20, ttl=v)),
+            (
+                ValueError,
+                "now + ttl",
+                big - 1,
+                lambda v: authority.acquire(RESOURCE, "B", now=v, ttl=1),
+            ),
+            (TypeError, "lease", "A", lambda v: authority.renew(v, now=1, ttl=10)),
+            (
+                ValueError,
+                "lease.epoch",
+                0,
+                lambda v: authority.release(Lease(RESOURCE, "A", v, 10)),
+            ),
+            (ValueError, "now", -5, lambda v: authority.current(RESOURCE, now=v)),
+            (ValueError, "epoch", 0, lambda v: receiver.write(RESOURCE, v, "zero")),
+            (TypeError, "epoch", True, lambda v: receiver.write(RESOURCE, v, "true")),
+            (ValueError, "epoch", big, lambda v: receiver.write(RESOURCE, v, "huge")),
+            (TypeError, "value", b"bytes", lambda v: receiver.write(RESOURCE, 2, v)),
+            (TypeError, "fenced", "yes", lambda v: Receiver(path, fenced=v)),
+        ]
+        for error, name, bad, call in cases:
+            with self.subTest(parameter=name, value=bad):
+                with self.assertRaises(error) as caught:
+                    call(bad)
+                self.assertIn(name, str(caught.exception))
+                self.assertIn(repr(bad), str(caught.exception))
+        self.assertEqual(_dump(path), before)
+        self.assertEqual(authority.current(RESOURCE, now=0), lease)
+
+        # A folder that does not exist, or a file that is not a database: a clear error, and
+        # the file is left exactly as it was.
+        folder = os.path.dirname(path)
+        with self.assertRaisesRegex(LeaseError, "does not exist"):
+            LeaseAuthority(os.path.join(folder, "missing", "leases.sqlite3"))
+        not_a_database = os.path.join(folder, "notes.txt")
+        with open(not_a_database, "wb") as file:
+            file.write(b"these are notes, not a database\n" * 100)
+        for open_it in (LeaseAuthority, Receiver):
+            with self.assertRaisesRegex(LeaseError, "notes.txt"):
+                open_it(not_a_database)
+        with open(not_a_database, "rb") as file:
+            self.assertEqual(file.read(), b"these are notes, not a database\n" * 100)
+        self.assertEqual([n for n in os.listdir(folder) if n.startswith("notes")], ["notes.txt"])
+
+
+class CommandLineTests(unittest.TestCase):
+    def run_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, os.path.join(HERE, "run_experiment.py"), *args],
+            check=False,  # the exit code is what the tests examine
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            cwd=HERE,
+        )
+
+    def test_check_reproduces_results_json_byte_for_byte_and_names_a_tampered_path(self) -> None:
+        folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
+        self.addCleanup(folder.cleanup)
+        reproduced = os.path.join(folder.name, "reproduced.json")
+        run = self.run_cli("--check", "results.json", "--output", reproduced)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("reproduced", run.stdout)
+        with (
+            open(os.path.join(HERE, "results.json"), "rb") as committed,
+            open(reproduced, "rb") as new,
+        ):
+            self.assertEqual(new.read(), committed.read())
+
+        # Re-serialised compactly and changed at two places: only those two are reported.
+        with open(reproduced, encoding="utf-8") as file:
+            document = json.load(file)
+        document["scenarios"][1]["events"][3]["outcome"] = "applied"
+        document["scenarios"][0]["verdict"]["stale_writes_refused"] = False  # 0 == False in Python
+        tampered = os.path.join(folder.name, "tampered.json")
+        with open(tampered, "w", encoding="utf-8") as file:
+            json.dump(document, file)
+        run = self.run_cli("--check", tampered)
+        self.assertEqual(run.returncode, 1, run.stderr)
+        self.assertIn(
+            '$.scenarios[1].events[3].outcome: expected "applied", got "stale"', run.stdout
+        )
+        self.assertIn(
+            "$.scenarios[0].verdict.stale_writes_refused: expected false, got 0", run.stdout
+        )
+        self.assertIn("at 2 JSON path", run.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
