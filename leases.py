@@ -228,13 +228,21 @@ class _Database:
 
 
 class _Row(NamedTuple):
+    """A resource's row at the authority: its latest lease, or just its epoch once released."""
+
+    resource: str
     holder: str | None  # None once released; the epoch stays, so it is never granted again
     epoch: int
     expires_at: int
 
+    def lease(self) -> Lease | None:
+        if self.holder is None:
+            return None
+        return Lease(self.resource, self.holder, self.epoch, self.expires_at)
 
-def _lease(resource: str, row: _Row) -> Lease | None:
-    return None if row.holder is None else Lease(resource, row.holder, row.epoch, row.expires_at)
+    def live_lease(self, now: int) -> Lease | None:
+        # The one expiry rule: a lease is live before its expiry tick, and expired at it.
+        return self.lease() if now < self.expires_at else None
 
 
 class LeaseAuthority(_Database):
@@ -246,7 +254,7 @@ class LeaseAuthority(_Database):
             (
                 "CREATE TABLE IF NOT EXISTS leases ("
                 " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
-                " expires_at INTEGER NOT NULL)"
+                " expires_at INTEGER NOT NULL) WITHOUT ROWID"
             ),
         ),
     )
@@ -258,10 +266,9 @@ class LeaseAuthority(_Database):
         expires_at = _check_expiry(now, ttl)
         with _transaction(self._connection) as connection:
             row = self._load(connection, resource)
-            if row is not None:
-                stored = _lease(resource, row)
-                if stored is not None and now < stored.expires_at:
-                    raise LeaseHeld(stored)
+            held = None if row is None else row.live_lease(now)
+            if held is not None:
+                raise LeaseHeld(held)
             lease = Lease(resource, holder, 1 if row is None else row.epoch + 1, expires_at)
             connection.execute(
                 "INSERT INTO leases (resource, holder, epoch, expires_at) VALUES (?, ?, ?, ?)"
@@ -276,9 +283,9 @@ class LeaseAuthority(_Database):
         _check_lease(lease)
         expires_at = _check_expiry(now, ttl)
         with _transaction(self._connection) as connection:
-            stored = self._current_or_lost(connection, lease)
-            if not now < stored.expires_at:
-                raise LeaseLost(lease, stored, f"it expired at tick {stored.expires_at}")
+            row = self._current_or_lost(connection, lease)
+            if row.live_lease(now) is None:
+                raise LeaseLost(lease, row.lease(), f"it expired at tick {row.expires_at}")
             connection.execute(
                 "UPDATE leases SET expires_at = ? WHERE resource = ?", (expires_at, lease.resource)
             )
@@ -298,28 +305,28 @@ class LeaseAuthority(_Database):
         _check_text("resource", resource)
         _check_int("now", now, minimum=0)
         row = self._load(self._connection, resource)
-        stored = None if row is None else _lease(resource, row)
-        return stored if stored is not None and now < stored.expires_at else None
+        return None if row is None else row.live_lease(now)
 
     @staticmethod
     def _load(connection: sqlite3.Connection, resource: str) -> _Row | None:
         row = connection.execute(
-            "SELECT holder, epoch, expires_at FROM leases WHERE resource = ?", (resource,)
+            "SELECT resource, holder, epoch, expires_at FROM leases WHERE resource = ?",
+            (resource,),
         ).fetchone()
         return None if row is None else _Row(*row)
 
-    def _current_or_lost(self, connection: sqlite3.Connection, lease: Lease) -> Lease:
+    def _current_or_lost(self, connection: sqlite3.Connection, lease: Lease) -> _Row:
+        """The stored row, if `lease` is still its lease (live or not); otherwise LeaseLost."""
         row = self._load(connection, lease.resource)
-        stored = None if row is None else _lease(lease.resource, row)
-        if stored is None:
+        if row is None or row.holder is None:
             raise LeaseLost(lease, None, "the resource has no holder")
-        if (stored.epoch, stored.holder) != (lease.epoch, lease.holder):
+        if (row.epoch, row.holder) != (lease.epoch, lease.holder):
             raise LeaseLost(
                 lease,
-                stored,
-                f"the current lease is epoch {stored.epoch} held by {stored.holder!r}",
+                row.lease(),
+                f"the current lease is epoch {row.epoch} held by {row.holder!r}",
             )
-        return stored
+        return row
 
 
 # --- the receiver ---
@@ -337,26 +344,22 @@ def _decide(stored: tuple[int, str] | None, epoch: int, value: str) -> Outcome:
 class Receiver(_Database):
     """A service that holders write to; fenced, it refuses epochs older than it has stored.
 
-    A fenced and an unfenced receiver keep separate records, even in one database file: they
-    model two different services.  Neither asks the authority or a clock anything.
+    Its one table is its decision log.  What it holds for a resource is what its latest
+    decision left stored, so the record and the log cannot disagree, and one row appended per
+    write is the whole cost of remembering.  A fenced and an unfenced receiver keep separate
+    logs, even in one database file: they model two different services.  Neither asks the
+    authority or a clock anything.
     """
 
     _SCHEMA = (
         (
-            "receiver_state",
-            (
-                "CREATE TABLE IF NOT EXISTS receiver_state ("
-                " fenced INTEGER NOT NULL, resource TEXT NOT NULL, epoch INTEGER NOT NULL,"
-                " value TEXT NOT NULL, PRIMARY KEY (fenced, resource))"
-            ),
-        ),
-        (
             "receiver_decisions",
             (
                 "CREATE TABLE IF NOT EXISTS receiver_decisions ("
-                " seq INTEGER PRIMARY KEY, fenced INTEGER NOT NULL, resource TEXT NOT NULL,"
+                " fenced INTEGER NOT NULL, resource TEXT NOT NULL, seq INTEGER NOT NULL,"
                 " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
-                " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL)"
+                " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL,"
+                " PRIMARY KEY (fenced, resource, seq)) WITHOUT ROWID"
             ),
         ),
     )
@@ -368,34 +371,27 @@ class Receiver(_Database):
         self.fenced = fenced
 
     def write(self, resource: str, epoch: int, value: str) -> WriteResult:
-        """Decide on one write, store it if applied, and log the decision: all in one transaction."""
+        """Decide on one write and log the decision, in one transaction; the log is the record."""
         _check_text("resource", resource)
         _check_int("epoch", epoch, minimum=1)
         _check_text("value", value, empty_ok=True)
         with _transaction(self._connection) as connection:
-            stored = self._stored(connection, resource)
+            seq, stored = self._latest(connection, resource)
             outcome = _decide(stored, epoch, value) if self.fenced else Outcome.APPLIED
             if outcome is Outcome.APPLIED:
                 stored = (epoch, value)
-                connection.execute(
-                    "INSERT INTO receiver_state (fenced, resource, epoch, value) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT (fenced, resource) DO UPDATE SET"
-                    " epoch = excluded.epoch, value = excluded.value",
-                    (self.fenced, resource, epoch, value),
-                )
             assert stored is not None  # only an applied write can find the record empty
-            result = WriteResult(outcome, resource, epoch, value, *stored)
             connection.execute(
-                "INSERT INTO receiver_decisions (fenced, resource, outcome, epoch, value,"
-                " stored_epoch, stored_value) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (self.fenced, resource, outcome.value, epoch, value, *stored),
+                "INSERT INTO receiver_decisions (fenced, resource, seq, outcome, epoch, value,"
+                " stored_epoch, stored_value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (self.fenced, resource, seq + 1, outcome.value, epoch, value, *stored),
             )
-        return result
+        return WriteResult(outcome, resource, epoch, value, *stored)
 
     def read(self, resource: str) -> tuple[int, str] | None:
         """The stored (epoch, value) of `resource`, or None if nothing was ever applied."""
         _check_text("resource", resource)
-        return self._stored(self._connection, resource)
+        return self._latest(self._connection, resource)[1]
 
     def decisions(self, resource: str) -> list[WriteResult]:
         """Every decision this receiver made about `resource`, oldest first."""
@@ -407,9 +403,13 @@ class Receiver(_Database):
         )
         return [WriteResult(Outcome(outcome), *rest) for outcome, *rest in rows]
 
-    def _stored(self, connection: sqlite3.Connection, resource: str) -> tuple[int, str] | None:
+    def _latest(
+        self, connection: sqlite3.Connection, resource: str
+    ) -> tuple[int, tuple[int, str] | None]:
+        """The number of decisions so far, and the (epoch, value) the latest one left stored."""
         row = connection.execute(
-            "SELECT epoch, value FROM receiver_state WHERE fenced = ? AND resource = ?",
+            "SELECT seq, stored_epoch, stored_value FROM receiver_decisions"
+            " WHERE fenced = ? AND resource = ? ORDER BY seq DESC LIMIT 1",
             (self.fenced, resource),
         ).fetchone()
-        return None if row is None else (row[0], row[1])
+        return (0, None) if row is None else (row[0], (row[1], row[2]))
