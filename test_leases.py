@@ -159,13 +159,7 @@ def _run_together(test: unittest.TestCase, function, arguments: list[tuple]) -> 
     for _ in processes:
         _get(test, ready, "ready report from a child")
     start.set()  # every child is open and waiting: now they contend for real
-    outcomes = sorted(_get(test, results, "result from a child") for _ in processes)
-    for number, ok, detail in outcomes:
-        test.assertTrue(ok, f"child {number} failed:\n{detail}")
-    for process in processes:
-        process.join(TIMEOUT)
-        test.assertEqual(process.exitcode, 0)
-    return [detail for _, _, detail in outcomes]
+    return _collect(test, results, processes)
 
 
 def _try_to_overtake(test: unittest.TestCase, function, first: tuple, second: tuple) -> list[Any]:
@@ -179,17 +173,34 @@ def _try_to_overtake(test: unittest.TestCase, function, first: tuple, second: tu
     go, resume_first = SPAWN.Event(), SPAWN.Event()
     go.set()
     first_inside, second_begins = SPAWN.Event(), SPAWN.Event()
-    _start(
-        test, _job, 0, function, (*first, "INSERT", first_inside, resume_first), ready, go, results
-    )
+    first_args = (*first, "INSERT", first_inside, resume_first)
+    processes = [_start(test, _job, 0, function, first_args, ready, go, results)]
     test.assertTrue(first_inside.wait(TIMEOUT), "the first call never reached its write")
-    _start(test, _job, 1, function, (*second, "BEGIN", second_begins, go), ready, go, results)
+    second_args = (*second, "BEGIN", second_begins, go)  # `go` is set: it only signals
+    processes.append(_start(test, _job, 1, function, second_args, ready, go, results))
     test.assertTrue(second_begins.wait(TIMEOUT), "the second call never began")
     resume_first.set()
-    outcomes = sorted(_get(test, results, "result from a child") for _ in range(2))
+    return _collect(test, results, processes)
+
+
+def _collect(test: unittest.TestCase, results, processes: list) -> list[Any]:
+    """Each child's result, in the order the children were numbered; fails if any child failed."""
+    outcomes = sorted(_get(test, results, "result from a child") for _ in processes)
     for number, ok, detail in outcomes:
         test.assertTrue(ok, f"child {number} failed:\n{detail}")
+    for process in processes:
+        process.join(TIMEOUT)
+        test.assertEqual(process.exitcode, 0)
     return [detail for _, _, detail in outcomes]
+
+
+def _by_the_rule(stored: tuple[int, str] | None, epoch: int, value: str) -> str:
+    """The fenced receiver's rule as the README states it, to check a log decision by decision."""
+    if stored is None or epoch > stored[0]:
+        return "applied"
+    if epoch == stored[0]:
+        return "replay" if value == stored[1] else "conflict"
+    return "stale"
 
 
 def _dump(path: str) -> list[str]:
@@ -221,7 +232,9 @@ class ScenarioTests(unittest.TestCase):
             [(w["epoch"], w["value"], w["outcome"]) for w in writes],
         )
 
-    def test_unfenced_receiver_applies_a_late_epoch_1_write_over_epoch_2_and_loses_b_update(self):
+    def test_unfenced_receiver_applies_late_epoch_1_write_over_epoch_2_losing_b_update(
+        self,
+    ) -> None:
         record = _evidence()["unfenced_receiver"]
         self.assertEqual(
             _story(record),
@@ -238,7 +251,7 @@ class ScenarioTests(unittest.TestCase):
         self.assertEqual(record["verdict"]["final_value_written_by"], "A")
         self.assertDecisionsMatchWrites(record)
 
-    def test_fenced_receiver_rejects_the_late_epoch_1_write_as_stale_and_keeps_b_value(self):
+    def test_fenced_receiver_rejects_late_epoch_1_write_as_stale_and_keeps_b_value(self) -> None:
         record = _evidence()["fenced_receiver"]
         self.assertEqual(
             _story(record),
@@ -255,7 +268,7 @@ class ScenarioTests(unittest.TestCase):
         self.assertEqual(record["verdict"]["final_value_written_by"], "B")
         self.assertDecisionsMatchWrites(record)
 
-    def test_expired_epoch_1_write_is_applied_until_the_receiver_has_seen_epoch_2(self):
+    def test_expired_epoch_1_write_is_applied_until_the_receiver_has_seen_epoch_2(self) -> None:
         record = _evidence()["expiry_before_receiver_observation_gap"]
         self.assertEqual(
             _story(record),
@@ -279,9 +292,7 @@ class AuthorityTests(unittest.TestCase):
         self.path = _database(self)
         self.authority = _authority(self, self.path)
 
-    def test_epochs_start_at_1_and_grow_by_1_per_acquisition_independently_per_resource(
-        self,
-    ) -> None:
+    def test_epochs_start_at_1_and_grow_by_1_per_acquisition_of_each_resource(self) -> None:
         # Quotes, SQL, non-ASCII and long names must round-trip exactly: SQL is parameterised.
         resources = ['it\'s "quoted"; DROP TABLE leases; --', "ünïcødé ✓ 🚀", "r" * 10_000]
         granted: dict[str, list[int]] = {r: [] for r in resources}
@@ -367,24 +378,20 @@ class ReceiverTests(unittest.TestCase):
         self.assertEqual(self.receiver.read(RESOURCE), stored)
         self.assertEqual(self.receiver.decisions(RESOURCE)[-1], result)
 
-    def test_write_with_higher_epoch_is_applied_and_older_epoch_is_stale_once_newer_is_stored(
-        self,
-    ) -> None:
+    def test_higher_epoch_is_applied_and_lower_epoch_is_stale_once_higher_is_stored(self) -> None:
         self.assertWrite(1, "one", Outcome.APPLIED, (1, "one"))
         self.assertWrite(3, "three", Outcome.APPLIED, (3, "three"))
         self.assertWrite(2, "two", Outcome.STALE, (3, "three"))
         self.assertWrite(1, "one", Outcome.STALE, (3, "three"))
 
-    def test_write_with_same_epoch_and_same_value_is_a_replay_that_changes_nothing(self) -> None:
+    def test_same_epoch_and_same_value_is_a_replay_that_changes_nothing(self) -> None:
         self.assertWrite(2, "two", Outcome.APPLIED, (2, "two"))
         self.assertWrite(2, "two", Outcome.REPLAY, (2, "two"))
         self.assertEqual(
             [d.outcome for d in self.receiver.decisions(RESOURCE)], ["applied", "replay"]
         )
 
-    def test_write_with_same_epoch_and_another_value_is_a_conflict_that_changes_nothing(
-        self,
-    ) -> None:
+    def test_same_epoch_and_another_value_is_a_conflict_that_changes_nothing(self) -> None:
         self.assertWrite(2, "two", Outcome.APPLIED, (2, "two"))
         self.assertWrite(2, "deux", Outcome.CONFLICT, (2, "two"))
         self.assertWrite(2, "", Outcome.CONFLICT, (2, "two"))
@@ -410,16 +417,9 @@ class ReceiverTests(unittest.TestCase):
         # receiver alone would have made, given everything decided before it.
         stored = None
         for d in log:
-            want = (
-                "applied"
-                if stored is None or d.epoch > stored[0]
-                else "stale"
-                if d.epoch < stored[0]
-                else "replay"
-                if d.value == stored[1]
-                else "conflict"
+            self.assertEqual(
+                d.outcome, _by_the_rule(stored, d.epoch, d.value), f"{d} after {stored}"
             )
-            self.assertEqual(d.outcome, want, f"{d} after {stored}")
             stored = (d.stored_epoch, d.stored_value)
         stored_epochs = [d.stored_epoch for d in log]
         self.assertEqual(stored_epochs, sorted(stored_epochs), "the stored epoch went down")
@@ -469,35 +469,30 @@ class DurabilityAndInputTests(unittest.TestCase):
         receiver.write(RESOURCE, 1, "one")
         before = _dump(path)
         big = 2**63
+
+        def acquire(parameter: str):  # an acquisition with one good argument swapped for `bad`
+            good = {"resource": RESOURCE, "holder": "B", "now": 20, "ttl": 1}
+            return lambda bad: authority.acquire(**{**good, parameter: bad})
+
         cases = [
-            (TypeError, "resource", 7, lambda v: authority.acquire(v, "A", now=20, ttl=1)),
-            (ValueError, "resource", "", lambda v: authority.acquire(v, "A", now=20, ttl=1)),
-            (ValueError, "resource", "\ud800", lambda v: authority.acquire(v, "A", now=20, ttl=1)),
-            (TypeError, "holder", None, lambda v: authority.acquire(RESOURCE, v, now=20, ttl=1)),
-            (TypeError, "now", True, lambda v: authority.acquire(RESOURCE, "B", now=v, ttl=1)),
-            (ValueError, "now", -1, lambda v: authority.acquire(RESOURCE, "B", now=v, ttl=1)),
-            (ValueError, "now", big, lambda v: authority.acquire(RESOURCE, "B", now=v, ttl=1)),
-            (ValueError, "ttl", 0, lambda v: authority.acquire(RESOURCE, "B", now=20, ttl=v)),
-            (TypeError, "ttl", 1.5, lambda v: authority.acquire(RESOURCE, "B", now=20, ttl=v)),
-            (
-                ValueError,
-                "now + ttl",
-                big - 1,
-                lambda v: authority.acquire(RESOURCE, "B", now=v, ttl=1),
-            ),
-            (TypeError, "lease", "A", lambda v: authority.renew(v, now=1, ttl=10)),
-            (
-                ValueError,
-                "lease.epoch",
-                0,
-                lambda v: authority.release(Lease(RESOURCE, "A", v, 10)),
-            ),
-            (ValueError, "now", -5, lambda v: authority.current(RESOURCE, now=v)),
-            (ValueError, "epoch", 0, lambda v: receiver.write(RESOURCE, v, "zero")),
-            (TypeError, "epoch", True, lambda v: receiver.write(RESOURCE, v, "true")),
-            (ValueError, "epoch", big, lambda v: receiver.write(RESOURCE, v, "huge")),
-            (TypeError, "value", b"bytes", lambda v: receiver.write(RESOURCE, 2, v)),
-            (TypeError, "fenced", "yes", lambda v: Receiver(path, fenced=v)),
+            (TypeError, "resource", 7, acquire("resource")),
+            (ValueError, "resource", "", acquire("resource")),
+            (ValueError, "resource", "\ud800", acquire("resource")),  # not encodable as UTF-8
+            (TypeError, "holder", None, acquire("holder")),
+            (TypeError, "now", True, acquire("now")),
+            (ValueError, "now", -1, acquire("now")),
+            (ValueError, "now", big, acquire("now")),
+            (ValueError, "ttl", 0, acquire("ttl")),
+            (TypeError, "ttl", 1.5, acquire("ttl")),
+            (ValueError, "now + ttl", big - 1, acquire("now")),
+            (TypeError, "lease", "A", lambda bad: authority.renew(bad, now=1, ttl=10)),
+            (ValueError, "lease.epoch", 0, lambda bad: authority.release(Lease("r", "A", bad, 9))),
+            (ValueError, "now", -5, lambda bad: authority.current(RESOURCE, now=bad)),
+            (ValueError, "epoch", 0, lambda bad: receiver.write(RESOURCE, bad, "zero")),
+            (TypeError, "epoch", True, lambda bad: receiver.write(RESOURCE, bad, "true")),
+            (ValueError, "epoch", big, lambda bad: receiver.write(RESOURCE, bad, "huge")),
+            (TypeError, "value", b"bytes", lambda bad: receiver.write(RESOURCE, 2, bad)),
+            (TypeError, "fenced", "yes", lambda bad: Receiver(path, fenced=bad)),
         ]
         for error, name, bad, call in cases:
             with self.subTest(parameter=name, value=bad):
