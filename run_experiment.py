@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # only for annotations: the spawn context makes the real obje
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Event
 
+# What a worker reports after each step: (step index, event, None), or (index, None, error).
+_Report = tuple[int | None, dict[str, Any] | None, str | None]
+
 __all__ = [
     "DEFAULT_TIMEOUT",
     "SCENARIOS",
@@ -155,7 +158,7 @@ def run_worker(
     fenced: bool,
     actor: str,
     script: Sequence[tuple[int, Step, "Event"]],
-    reports: "Queue[tuple[int | None, dict[str, Any] | None, str | None]]",
+    reports: "Queue[_Report]",
     timeout: float,
 ) -> None:
     """Perform each (index, step) of `script` once its Event is set, and report each result.
@@ -220,7 +223,7 @@ def run_scenario(scenario: Scenario, *, timeout: float = DEFAULT_TIMEOUT) -> dic
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="leases-experiment-") as folder:
         db_path = os.path.join(folder, "scenario.sqlite3")
-        reports: Queue[tuple[int | None, dict[str, Any] | None, str | None]] = context.Queue()
+        reports: Queue[_Report] = context.Queue()
         releases = [context.Event() for _ in scenario.steps]
         workers = [
             context.Process(
@@ -264,7 +267,7 @@ def _handshake(
     scenario: Scenario,
     index: int,
     step: Step,
-    reports: "Queue[tuple[int | None, dict[str, Any] | None, str | None]]",
+    reports: "Queue[_Report]",
     timeout: float,
 ) -> dict[str, Any]:
     """Wait for the report of the one step just released: the only way the engine moves on."""
@@ -298,7 +301,7 @@ def _record(scenario: Scenario, events: list[dict[str, Any]], db_path: str) -> d
         decisions = [_result_json(result) for result in receiver.decisions(RESOURCE)]
         final = receiver.read(RESOURCE)
     with LeaseAuthority(db_path) as authority:
-        holder = authority.current(RESOURCE, now=scenario.steps[-1].tick)
+        lease = authority.current(RESOURCE, now=scenario.steps[-1].tick)
     assert final is not None
     return {
         "name": scenario.name,
@@ -308,15 +311,13 @@ def _record(scenario: Scenario, events: list[dict[str, Any]], db_path: str) -> d
         "events": events,
         "decisions": decisions,
         "final": {"epoch": final[0], "value": final[1]},
-        "lease_at_end": None
-        if holder is None
-        else {
-            "holder": holder.holder,
-            "epoch": holder.epoch,
-            "expires_at": holder.expires_at,
-        },
+        "lease_at_end": None if lease is None else _lease_json(lease),
         "verdict": _verdict(events, final),
     }
+
+
+def _lease_json(lease: Lease) -> dict[str, Any]:
+    return {"holder": lease.holder, "epoch": lease.epoch, "expires_at": lease.expires_at}
 
 
 def _result_json(result: WriteResult) -> dict[str, Any]:
