@@ -225,53 +225,58 @@ def _story(record: dict[str, Any]) -> list[tuple[Any, ...]]:
 class ScenarioTests(unittest.TestCase):
     """The three scenarios, each played by spawned workers exactly as run_experiment.py does."""
 
-    def assertDecisionsMatchWrites(self, record: dict[str, Any]) -> None:
+    def assertScenario(
+        self, name: str, story: list[tuple[Any, ...]], final: tuple[int, str], **verdict: Any
+    ) -> None:
+        """The steps happened as `story` says, leaving `final` stored, and judged as `verdict`."""
+        record = _evidence()[name]
+        self.assertEqual(_story(record), story)
+        self.assertEqual(record["final"], {"epoch": final[0], "value": final[1]})
+        self.assertEqual({key: record["verdict"][key] for key in verdict}, verdict)
+        # The receiver's own log agrees with what the workers were told.
         writes = [e for e in record["events"] if e["action"] == "write"]
         self.assertEqual(
             [(d["epoch"], d["value"], d["outcome"]) for d in record["decisions"]],
             [(w["epoch"], w["value"], w["outcome"]) for w in writes],
         )
+        # Whatever the receiver did, the authority ends with B holding epoch 2.
+        self.assertEqual(record["lease_at_end"], {"holder": "B", "epoch": 2, "expires_at": 20})
 
     def test_unfenced_receiver_applies_late_epoch_1_write_over_epoch_2_losing_b_update(
         self,
     ) -> None:
-        record = _evidence()["unfenced_receiver"]
-        self.assertEqual(
-            _story(record),
+        self.assertScenario(
+            "unfenced_receiver",
             [
                 ("A", "acquire", 0, 1, "granted", None),
-                ("B", "acquire", 10, 2, "granted", None),
+                ("B", "acquire", 10, 2, "granted", None),  # at the exact tick A's lease expires
                 ("B", "write", 10, 2, "applied", 2),
-                ("A", "write", 11, 1, "applied", 1),
+                ("A", "write", 11, 1, "applied", 1),  # A resumes late and overwrites B
             ],
+            final=(1, "report by A"),
+            newer_write_overwritten_by_older_epoch=True,
+            write_with_superseded_epoch_applied=True,
+            final_value_written_by="A",
         )
-        self.assertEqual(record["final"], {"epoch": 1, "value": "report by A"})
-        self.assertTrue(record["verdict"]["newer_write_overwritten_by_older_epoch"])
-        self.assertTrue(record["verdict"]["write_with_superseded_epoch_applied"])
-        self.assertEqual(record["verdict"]["final_value_written_by"], "A")
-        self.assertDecisionsMatchWrites(record)
 
     def test_fenced_receiver_rejects_late_epoch_1_write_as_stale_and_keeps_b_value(self) -> None:
-        record = _evidence()["fenced_receiver"]
-        self.assertEqual(
-            _story(record),
+        self.assertScenario(
+            "fenced_receiver",
             [
                 ("A", "acquire", 0, 1, "granted", None),
                 ("B", "acquire", 10, 2, "granted", None),
                 ("B", "write", 10, 2, "applied", 2),
                 ("A", "write", 11, 1, "stale", 2),
             ],
+            final=(2, "report by B"),
+            newer_write_overwritten_by_older_epoch=False,
+            write_with_superseded_epoch_applied=False,
+            final_value_written_by="B",
         )
-        self.assertEqual(record["final"], {"epoch": 2, "value": "report by B"})
-        self.assertFalse(record["verdict"]["newer_write_overwritten_by_older_epoch"])
-        self.assertFalse(record["verdict"]["write_with_superseded_epoch_applied"])
-        self.assertEqual(record["verdict"]["final_value_written_by"], "B")
-        self.assertDecisionsMatchWrites(record)
 
     def test_expired_epoch_1_write_is_applied_until_the_receiver_has_seen_epoch_2(self) -> None:
-        record = _evidence()["expiry_before_receiver_observation_gap"]
-        self.assertEqual(
-            _story(record),
+        self.assertScenario(
+            "expiry_before_receiver_observation_gap",
             [
                 ("A", "acquire", 0, 1, "granted", None),
                 ("B", "acquire", 10, 2, "granted", None),
@@ -279,12 +284,11 @@ class ScenarioTests(unittest.TestCase):
                 ("B", "write", 12, 2, "applied", 2),
                 ("A", "write", 13, 1, "stale", 2),  # the same write, once epoch 2 is stored
             ],
+            final=(2, "report by B"),
+            write_after_lease_expiry_applied=True,
+            write_with_superseded_epoch_applied=True,
+            final_value_written_by="B",
         )
-        self.assertEqual(record["lease_at_end"], {"holder": "B", "epoch": 2, "expires_at": 20})
-        self.assertTrue(record["verdict"]["write_after_lease_expiry_applied"])
-        self.assertTrue(record["verdict"]["write_with_superseded_epoch_applied"])
-        self.assertEqual(record["verdict"]["final_value_written_by"], "B")
-        self.assertDecisionsMatchWrites(record)
 
 
 class AuthorityTests(unittest.TestCase):
@@ -520,7 +524,8 @@ class DurabilityAndInputTests(unittest.TestCase):
 
 
 class CommandLineTests(unittest.TestCase):
-    def run_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def run_cli(self, *args: str, tmpdir: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ) if tmpdir is None else {**os.environ, "TMPDIR": tmpdir}
         return subprocess.run(
             [sys.executable, os.path.join(HERE, "run_experiment.py"), *args],
             check=False,  # the exit code is what the tests examine
@@ -528,9 +533,10 @@ class CommandLineTests(unittest.TestCase):
             text=True,
             timeout=TIMEOUT,
             cwd=HERE,
+            env=env,
         )
 
-    def test_check_reproduces_results_json_byte_for_byte_and_names_a_tampered_path(self) -> None:
+    def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
         folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
         self.addCleanup(folder.cleanup)
         reproduced = os.path.join(folder.name, "reproduced.json")
@@ -560,6 +566,19 @@ class CommandLineTests(unittest.TestCase):
             "$.scenarios[0].verdict.stale_writes_refused: expected false, got 0", run.stdout
         )
         self.assertIn("at 2 JSON path", run.stdout)
+
+        # A step that does not report in time stops the run: exit 3, the scenario and step named,
+        # no output written and nothing left in the temporary folder.  No spawned interpreter
+        # starts within a millisecond, so the first step of the first scenario is the one named.
+        private_tmp = os.path.join(folder.name, "tmp")
+        os.mkdir(private_tmp)
+        never = os.path.join(folder.name, "never.json")
+        run = self.run_cli("--timeout", "0.001", "--output", never, tmpdir=private_tmp)
+        self.assertEqual(run.returncode, 3, run.stderr)
+        self.assertIn("scenario 'unfenced_receiver', step 0 (A acquire at tick 0)", run.stderr)
+        self.assertNotIn("Traceback", run.stderr)
+        self.assertFalse(os.path.exists(never))
+        self.assertEqual(os.listdir(private_tmp), [])
 
 
 if __name__ == "__main__":
