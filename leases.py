@@ -6,10 +6,11 @@ The contract, in short:
   next epoch for that resource (1, 2, 3, ...), inside one ``BEGIN IMMEDIATE`` transaction, so no
   epoch is ever handed out twice.  Time is logical: the caller passes the tick ``now``; a lease is
   live while it has a holder and ``now < expires_at``, so it is expired *at* its expiry tick.
-* ``Receiver`` is the service a holder writes to.  It stores one (epoch, value) per resource.
+* ``Receiver`` is the service a holder writes to.  It holds one (epoch, value) per resource.
   Fenced, it compares and writes atomically: a higher epoch is applied, the same epoch with the
   same value is a replay, the same epoch with another value a conflict, a lower epoch is stale.
-  Unfenced, it applies every write blindly.  Every decision is appended to a durable log.
+  Unfenced, it applies every write blindly.  Every decision is appended to a durable log, in
+  the same transaction; what the receiver holds is what its latest decision left stored.
 * The receiver never asks the authority or any clock: a lower epoch is refused only once the
   receiver has itself stored a higher one.
 

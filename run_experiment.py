@@ -31,9 +31,6 @@ if TYPE_CHECKING:  # only for annotations: the spawn context makes the real obje
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Event
 
-# What a worker reports after each step: (step index, event, None), or (index, None, error).
-_Report = tuple[int | None, dict[str, Any] | None, str | None]
-
 __all__ = [
     "DEFAULT_TIMEOUT",
     "SCENARIOS",
@@ -59,6 +56,9 @@ EXIT_FAILED = 3
 DEFAULT_TIMEOUT = 60.0
 
 RESOURCE = "quarterly-report"
+
+# What a worker reports after each step: (step index, event, None), or (index, None, error).
+_Report = tuple[int | None, dict[str, Any] | None, str | None]
 
 
 class Action(str, enum.Enum):
