@@ -113,23 +113,21 @@ SCENARIOS = (
         name="unfenced_receiver",
         fenced=False,
         summary="A pauses holding epoch 1; B takes over with epoch 2 at A's expiry tick and "
-        "writes; A resumes late and writes. The unfenced receiver applies A's write, so B's "
-        "update is lost.",
+        "writes; then A resumes late and writes with epoch 1. The receiver is unfenced.",
         steps=_B_WRITES_THEN_A_LATE,
     ),
     Scenario(
         name="fenced_receiver",
         fenced=True,
-        summary="The same interleaving against a fenced receiver: it has stored epoch 2, so A's "
-        "late epoch-1 write is stale and B's value stays.",
+        summary="The same interleaving as unfenced_receiver, against a fenced receiver.",
         steps=_B_WRITES_THEN_A_LATE,
     ),
     Scenario(
         name="expiry_before_receiver_observation_gap",
         fenced=True,
-        summary="B takes over with epoch 2 but pauses before writing. A's late epoch-1 write is "
-        "applied, because the receiver has never seen epoch 2 and does not ask the authority. "
-        "B's epoch-2 write is then applied, and A's retry of the same write is stale.",
+        summary="B takes over with epoch 2 at A's expiry tick but pauses before writing; A "
+        "resumes late and writes with epoch 1 to a fenced receiver that has not seen epoch 2; "
+        "then B writes, then A retries the same write.",
         steps=(
             *_TAKEOVER,
             Step("A", Action.WRITE, tick=11, value=_A_VALUE),
@@ -419,9 +417,22 @@ def differences(
         yield path, expected, actual
 
 
-def _show(value: object, limit: int = 70) -> str:
-    text = "(missing)" if value is _MISSING else json.dumps(value, sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _show_pair(expected: object, actual: object, limit: int = 70) -> tuple[str, str]:
+    """Both values as short JSON; two long strings are shown from just before they part."""
+    skip = 0
+    if isinstance(expected, str) and isinstance(actual, str):
+        skip = max(0, len(os.path.commonprefix([expected, actual])) - 20)
+
+    def show(value: object) -> str:
+        if value is _MISSING:
+            return "(missing)"
+        if skip and isinstance(value, str):
+            text = '"...' + json.dumps(value[skip:])[1:]
+        else:
+            text = json.dumps(value, sort_keys=True)
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    return show(expected), show(actual)
 
 
 # --- command line ---
@@ -567,7 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     print(f"differs: this run does not match {args.check} at {len(found)} JSON path(s):")
     for path, want, got in found[:10]:
-        print(f"  {path}: expected {_show(want)}, got {_show(got)}")
+        shown_want, shown_got = _show_pair(want, got)
+        print(f"  {path}: expected {shown_want}, got {shown_got}")
     if len(found) > 10:
         print(f"  ... and {len(found) - 10} more")
     return EXIT_DIFFERENT
