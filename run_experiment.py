@@ -8,7 +8,8 @@ so the order of events comes from these handshakes alone, never from timing.  Th
 databases of their own and run concurrently; that changes no byte of the evidence.
 
 Exit codes: 0 success (and, with --check, reproduced); 1 the evidence differs from --check;
-2 bad arguments, or a file that cannot be read or written; 3 a scenario failed or hung.
+2 bad arguments, or a file that cannot be read or written; 3 a scenario failed or hung;
+130 interrupted.  A run that fails or is interrupted stops all its workers and writes nothing.
 """
 
 import argparse
@@ -51,6 +52,7 @@ EXIT_OK = 0
 EXIT_DIFFERENT = 1
 EXIT_USAGE = 2
 EXIT_FAILED = 3
+EXIT_INTERRUPTED = 130  # the shell's convention for Ctrl-C
 
 # Only bounds a hung run; no step waits for it to pass.
 DEFAULT_TIMEOUT = 60.0
@@ -218,10 +220,15 @@ def _event(
 
 def run_scenario(scenario: Scenario, *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
     """Play `scenario` with one spawned process per worker and return its evidence record."""
+    record: dict[str, Any] = run_scenarios((scenario,), timeout=timeout)["scenarios"][0]
+    return record
+
+
+def _play(scenario: Scenario, reports: "Queue[_Report]", timeout: float) -> dict[str, Any]:
+    """The engine: release each step in turn, and wait for its report before the next."""
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="leases-experiment-") as folder:
         db_path = os.path.join(folder, "scenario.sqlite3")
-        reports: Queue[_Report] = context.Queue()
         releases = [context.Event() for _ in scenario.steps]
         workers = [
             context.Process(
@@ -256,8 +263,6 @@ def run_scenario(scenario: Scenario, *, timeout: float = DEFAULT_TIMEOUT) -> dic
                     raise ExperimentError(scenario.name, f"ending worker {worker.name!r}", problem)
         finally:
             _stop(workers, timeout)
-            reports.close()
-            reports.join_thread()
         return _record(scenario, events, db_path)
 
 
@@ -357,11 +362,31 @@ def _verdict(events: list[dict[str, Any]], final: tuple[int, str]) -> dict[str, 
 def run_scenarios(
     scenarios: Sequence[Scenario] = SCENARIOS, *, timeout: float = DEFAULT_TIMEOUT
 ) -> dict[str, Any]:
-    """Run `scenarios` concurrently and return the evidence document, in the given order."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
-        records = list(
-            pool.map(lambda scenario: run_scenario(scenario, timeout=timeout), scenarios)
-        )
+    """Run `scenarios` concurrently and return the evidence document, in the given order.
+
+    If one scenario fails, or the run is interrupted, every engine still waiting is sent a
+    report that stops it, so that all workers are ended before this returns or raises.
+    """
+    context = multiprocessing.get_context("spawn")
+    inboxes: list[Queue[_Report]] = [context.Queue() for _ in scenarios]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
+            running = [
+                pool.submit(_play, scenario, inbox, timeout)
+                for scenario, inbox in zip(scenarios, inboxes)
+            ]
+            try:
+                records = [future.result() for future in running]
+            except BaseException:
+                for inbox in inboxes:
+                    inbox.put(
+                        (None, None, "stopped, since another scenario failed or was interrupted")
+                    )
+                raise
+    finally:
+        for inbox in inboxes:
+            inbox.close()
+            inbox.join_thread()
     return {"scenarios": records}
 
 
@@ -460,6 +485,7 @@ def _parser() -> argparse.ArgumentParser:
         "  1  with --check, the run differs from EXPECTED (the differing JSON paths are listed)\n"
         "  2  bad arguments; EXPECTED missing, unreadable, empty or not JSON; PATH not writable\n"
         "  3  a scenario failed or hung (the scenario and step are named)\n"
+        "  130  interrupted (Ctrl-C); every worker is stopped first\n"
         "\n"
         "examples:\n"
         "  python3 run_experiment.py --check results.json --output reproduced.json\n"
@@ -557,6 +583,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExperimentError as exc:
         print(f"run_experiment.py: failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("run_experiment.py: interrupted; every worker was stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
     for record in document["scenarios"]:
         print(timeline(record), file=sys.stderr)
 
