@@ -162,6 +162,8 @@ def _check_lease(value: object) -> Lease:
 def _connect(
     path: str | os.PathLike[str], schema: tuple[tuple[str, str], ...]
 ) -> sqlite3.Connection:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise LeaseError(
@@ -197,7 +199,8 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]
     try:
         yield connection
     except BaseException:
-        connection.execute("ROLLBACK")
+        if connection.in_transaction:  # SQLite may have rolled back already, on some errors
+            connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")
 

@@ -497,6 +497,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             (ValueError, "epoch", big, lambda bad: receiver.write(RESOURCE, bad, "huge")),
             (TypeError, "value", b"bytes", lambda bad: receiver.write(RESOURCE, 2, bad)),
             (TypeError, "fenced", "yes", lambda bad: Receiver(path, fenced=bad)),
+            (TypeError, "path", None, LeaseAuthority),
         ]
         for error, name, bad, call in cases:
             with self.subTest(parameter=name, value=bad):
