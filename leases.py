@@ -21,6 +21,7 @@ import contextlib
 import enum
 import os
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
@@ -170,12 +171,14 @@ def _connect(
             f"cannot open database {os.fspath(path)!r}: folder {folder!r} does not exist"
         )
     try:
+        if not os.path.exists(path):
+            _create(path, folder)
         # isolation_level=None: the sqlite3 module starts no transaction of its own; we do.
         connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
-    except sqlite3.Error as exc:
+    except (OSError, sqlite3.Error) as exc:
         raise LeaseError(f"cannot open database {os.fspath(path)!r}: {exc}") from exc
     try:
-        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA journal_mode=WAL")  # a no-op once the file is in WAL mode
         tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master")}
         # Only a new database needs the write lock here: opening must not wait for a writer.
         if not tables.issuperset(table for table, _ in schema):
@@ -186,6 +189,24 @@ def _connect(
         connection.close()
         raise LeaseError(f"cannot use database {os.fspath(path)!r}: {exc}") from exc
     return connection
+
+
+def _create(path: str | os.PathLike[str], folder: str) -> None:
+    """Put an empty WAL database at `path` in one atomic step, unless another process did.
+
+    Switching a file to WAL needs the file to itself, so processes that open one new file at
+    the same moment can see "database is locked".  Here the switch happens on a private draft
+    that is then linked into place: `path` is always either absent or already in WAL mode.
+    """
+    descriptor, draft = tempfile.mkstemp(dir=folder, prefix=".leases-", suffix=".draft")
+    os.close(descriptor)
+    try:
+        with contextlib.closing(sqlite3.connect(draft)) as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+        with contextlib.suppress(FileExistsError):  # another process was first: use its file
+            os.link(draft, path)
+    finally:
+        os.unlink(draft)
 
 
 @contextlib.contextmanager

@@ -356,16 +356,15 @@ class AuthorityTests(unittest.TestCase):
             self.authority.renew(second, now=2, ttl=10)
 
     def test_concurrent_acquisitions_from_processes_never_share_an_epoch_or_skip_one(self) -> None:
-        rounds = 15
+        # A database file no one has opened yet: the six processes also race to create it.
+        path, rounds = _database(self), 15
         per_process = _run_together(
-            self, _acquire_and_release, [(self.path, f"worker-{i}", rounds) for i in range(6)]
+            self, _acquire_and_release, [(path, f"worker-{i}", rounds) for i in range(6)]
         )
         granted = sorted(epoch for epochs in per_process for epoch in epochs)
         self.assertEqual(granted, list(range(1, 6 * rounds + 1)))
         # Contention above is left to chance; here the unlucky interleaving is forced.
-        first, second = _try_to_overtake(
-            self, _acquire_pausing, (self.path, "X", 100), (self.path, "Y", 100)
-        )
+        first, second = _try_to_overtake(self, _acquire_pausing, (path, "X", 100), (path, "Y", 100))
         self.assertEqual((first, second), (("granted", 6 * rounds + 1), ("held", 6 * rounds + 1)))
 
 
@@ -527,8 +526,11 @@ class DurabilityAndInputTests(unittest.TestCase):
 class CommandLineTests(unittest.TestCase):
     def run_cli(self, *args: str, tmpdir: str | None = None) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ) if tmpdir is None else {**os.environ, "TMPDIR": tmpdir}
+        # The run's own hang bound comes first, so that a hang is reported and its workers
+        # stopped by run_experiment.py rather than cut short by subprocess's timeout.
+        bound = ["--timeout", str(TIMEOUT / 2)]
         return subprocess.run(
-            [sys.executable, os.path.join(HERE, "run_experiment.py"), *args],
+            [sys.executable, os.path.join(HERE, "run_experiment.py"), *bound, *args],
             check=False,  # the exit code is what the tests examine
             capture_output=True,
             text=True,
