@@ -22,7 +22,9 @@ import os
 import queue
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -56,6 +58,8 @@ EXIT_INTERRUPTED = 130  # the shell's convention for Ctrl-C
 
 # Only bounds a hung run; no step waits for it to pass.
 DEFAULT_TIMEOUT = 60.0
+# How often a waiting engine looks up to see whether the run was stopped or a worker died.
+_SLICE_SECONDS = 0.1
 
 RESOURCE = "quarterly-report"
 
@@ -224,14 +228,15 @@ def run_scenario(scenario: Scenario, *, timeout: float = DEFAULT_TIMEOUT) -> dic
     return record
 
 
-def _play(scenario: Scenario, reports: "Queue[_Report]", timeout: float) -> dict[str, Any]:
+def _play(scenario: Scenario, timeout: float, stop: threading.Event) -> dict[str, Any]:
     """The engine: release each step in turn, and wait for its report before the next."""
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="leases-experiment-") as folder:
         db_path = os.path.join(folder, "scenario.sqlite3")
+        reports: Queue[_Report] = context.Queue()
         releases = [context.Event() for _ in scenario.steps]
-        workers = [
-            context.Process(
+        workers = {
+            actor: context.Process(
                 target=run_worker,
                 name=f"{scenario.name}:{actor}",
                 args=(
@@ -244,15 +249,20 @@ def _play(scenario: Scenario, reports: "Queue[_Report]", timeout: float) -> dict
                 ),
             )
             for actor in scenario.actors
-        ]
+        }
         try:
-            for worker in workers:
+            for worker in workers.values():
                 worker.start()
             events = []
             for index, step in enumerate(scenario.steps):
                 releases[index].set()
-                events.append(_handshake(scenario, index, step, reports, timeout))
-            for worker in workers:
+                where = f"step {index} ({step})"
+                events.append(
+                    _handshake(
+                        scenario.name, where, index, reports, workers[step.actor], timeout, stop
+                    )
+                )
+            for worker in workers.values():
                 worker.join(timeout)
                 if worker.exitcode != 0:
                     problem = (
@@ -262,31 +272,49 @@ def _play(scenario: Scenario, reports: "Queue[_Report]", timeout: float) -> dict
                     )
                     raise ExperimentError(scenario.name, f"ending worker {worker.name!r}", problem)
         finally:
-            _stop(workers, timeout)
+            _stop(workers.values(), timeout)
+            # Only the workers ever put on this queue, so closing it here waits for nothing.
+            reports.close()
+            reports.join_thread()
         return _record(scenario, events, db_path)
 
 
 def _handshake(
-    scenario: Scenario,
+    scenario: str,
+    where: str,
     index: int,
-    step: Step,
     reports: "Queue[_Report]",
+    worker: multiprocessing.process.BaseProcess,
     timeout: float,
+    stop: threading.Event,
 ) -> dict[str, Any]:
-    """Wait for the report of the one step just released: the only way the engine moves on."""
-    where = f"step {index} ({step})"
-    try:
-        reported, event, error = reports.get(timeout=timeout)
-    except queue.Empty:
-        raise ExperimentError(scenario.name, where, f"no report within {timeout} s") from None
+    """Wait for the report of the one step just released: the only way the engine moves on.
+
+    The wait is cut into short slices only to notice, between them, that the run was stopped
+    or that the worker died without reporting; it never decides the order of anything.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reported, event, error = reports.get(timeout=_SLICE_SECONDS)
+            break
+        except queue.Empty:
+            pass
+        if stop.is_set():
+            raise ExperimentError(scenario, where, "stopped: another scenario failed, or Ctrl-C")
+        if worker.exitcode is not None and reports.empty():
+            problem = f"worker {worker.name!r} ended with exit code {worker.exitcode}, unreported"
+            raise ExperimentError(scenario, where, problem)
+        if time.monotonic() >= deadline:
+            raise ExperimentError(scenario, where, f"no report within {timeout} s")
     if error is not None:
-        raise ExperimentError(scenario.name, where, error)
+        raise ExperimentError(scenario, where, error)
     if reported != index or event is None:
-        raise ExperimentError(scenario.name, where, f"step {reported} reported out of turn")
+        raise ExperimentError(scenario, where, f"step {reported} reported out of turn")
     return event
 
 
-def _stop(workers: Sequence[multiprocessing.process.BaseProcess], timeout: float) -> None:
+def _stop(workers: Iterable[multiprocessing.process.BaseProcess], timeout: float) -> None:
     """Make sure no worker outlives its scenario, however the scenario ended."""
     for worker in workers:
         if worker.pid is None:  # never started
@@ -364,29 +392,17 @@ def run_scenarios(
 ) -> dict[str, Any]:
     """Run `scenarios` concurrently and return the evidence document, in the given order.
 
-    If one scenario fails, or the run is interrupted, every engine still waiting is sent a
-    report that stops it, so that all workers are ended before this returns or raises.
+    If one scenario fails, or the run is interrupted, the others are told to stop, so that
+    every worker of every scenario has ended before this returns or raises.
     """
-    context = multiprocessing.get_context("spawn")
-    inboxes: list[Queue[_Report]] = [context.Queue() for _ in scenarios]
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
-            running = [
-                pool.submit(_play, scenario, inbox, timeout)
-                for scenario, inbox in zip(scenarios, inboxes)
-            ]
-            try:
-                records = [future.result() for future in running]
-            except BaseException:
-                for inbox in inboxes:
-                    inbox.put(
-                        (None, None, "stopped, since another scenario failed or was interrupted")
-                    )
-                raise
-    finally:
-        for inbox in inboxes:
-            inbox.close()
-            inbox.join_thread()
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
+        running = [pool.submit(_play, scenario, timeout, stop) for scenario in scenarios]
+        try:
+            records = [future.result() for future in running]
+        except BaseException:
+            stop.set()
+            raise
     return {"scenarios": records}
 
 
