@@ -296,7 +296,8 @@ def _handshake(
     deadline = time.monotonic() + timeout
     while True:
         try:
-            reported, event, error = reports.get(timeout=_SLICE_SECONDS)
+            wait = min(_SLICE_SECONDS, max(0.0, deadline - time.monotonic()))
+            reported, event, error = reports.get(timeout=wait)
             break
         except queue.Empty:
             pass
