@@ -18,12 +18,12 @@ This is a single-host executable model, not a lease service: see README.md for i
 """
 
 import contextlib
+import dataclasses
 import enum
 import os
 import sqlite3
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -47,7 +47,7 @@ BUSY_TIMEOUT_SECONDS = 30.0
 _SQLITE_INT_MAX = 2**63 - 1
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Lease:
     """A grant of `resource` to `holder`, fenced by `epoch`, live until tick `expires_at`."""
 
@@ -66,7 +66,7 @@ class Outcome(str, enum.Enum):
     STALE = "stale"  # lower epoch than stored: refused
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class WriteResult:
     """A receiver's decision: what was attempted, and what it holds after the call."""
 
@@ -314,10 +314,10 @@ class LeaseAuthority(_Database):
             connection.execute(
                 "UPDATE leases SET expires_at = ? WHERE resource = ?", (expires_at, lease.resource)
             )
-        return Lease(lease.resource, lease.holder, lease.epoch, expires_at)
+        return dataclasses.replace(lease, expires_at=expires_at)
 
     def release(self, lease: Lease) -> None:
-        """Give `resource` up early; its epoch stays, so the next holder gets a higher one."""
+        """Give up `lease` early; its epoch stays, so the next holder gets a higher one."""
         _check_lease(lease)
         with _transaction(self._connection) as connection:
             self._current_or_lost(connection, lease)

@@ -44,7 +44,6 @@ __all__ = [
     "canonical_json",
     "differences",
     "main",
-    "run_scenario",
     "run_scenarios",
     "run_worker",
     "timeline",
@@ -190,42 +189,26 @@ def _perform(
     if step.action is Action.ACQUIRE:
         assert step.ttl is not None
         lease = authority.acquire(RESOURCE, step.actor, now=step.tick, ttl=step.ttl)
-        return lease, _event(step, lease.epoch, "granted", expires_at=lease.expires_at)
+        granted = {"epoch": lease.epoch, "expires_at": lease.expires_at, "outcome": "granted"}
+        return lease, _event(step, granted)
     if lease is None or step.value is None:
         raise ValueError(f"{step} needs a lease and a value")
     # The worker sends the epoch of the lease it last received: it has no other way to know.
-    result = receiver.write(RESOURCE, lease.epoch, step.value)
-    return lease, _event(step, lease.epoch, result.outcome.value, result=result)
+    return lease, _event(step, _result_json(receiver.write(RESOURCE, lease.epoch, step.value)))
 
 
-def _event(
-    step: Step,
-    epoch: int,
-    outcome: str,
-    *,
-    expires_at: int | None = None,
-    result: WriteResult | None = None,
-) -> dict[str, Any]:
+def _event(step: Step, happened: dict[str, Any]) -> dict[str, Any]:
+    """One step as the evidence records it: every field present, null where it does not apply."""
+    fields = ("epoch", "expires_at", "value", "outcome", "stored_epoch", "stored_value")
     return {
         "actor": step.actor,
         "action": step.action.value,
         "tick": step.tick,
-        "epoch": epoch,
-        "expires_at": expires_at,
-        "value": step.value,
-        "outcome": outcome,
-        "stored_epoch": None if result is None else result.stored_epoch,
-        "stored_value": None if result is None else result.stored_value,
+        **{field: happened.get(field) for field in fields},
     }
 
 
 # --- the engine ---
-
-
-def run_scenario(scenario: Scenario, *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
-    """Play `scenario` with one spawned process per worker and return its evidence record."""
-    record: dict[str, Any] = run_scenarios((scenario,), timeout=timeout)["scenarios"][0]
-    return record
 
 
 def _play(scenario: Scenario, timeout: float, stop: threading.Event) -> dict[str, Any]:
