@@ -297,8 +297,8 @@ class LeaseAuthority(_Database):
             lease = Lease(resource, holder, 1 if row is None else row.epoch + 1, expires_at)
             connection.execute(
                 "INSERT INTO leases (resource, holder, epoch, expires_at) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (resource) DO UPDATE SET"
-                " holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at",
+                " ON CONFLICT (resource) DO UPDATE SET holder = excluded.holder,"
+                " epoch = excluded.epoch, expires_at = excluded.expires_at",
                 (lease.resource, lease.holder, lease.epoch, lease.expires_at),
             )
         return lease

@@ -404,7 +404,8 @@ def timeline(record: dict[str, Any]) -> str:
         if event["action"] == Action.ACQUIRE.value:
             detail = f"lease until tick {event['expires_at']}"
         else:
-            detail = f"{event['value']!r} -> receiver holds epoch {event['stored_epoch']}, {event['stored_value']!r}"
+            held = f"epoch {event['stored_epoch']}, {event['stored_value']!r}"
+            detail = f"{event['value']!r} -> receiver holds {held}"
         lines.append(
             f"  tick {event['tick']:>2}  {event['actor']}  {event['action']:<7}  "
             f"epoch {event['epoch']}  {event['outcome']:<8}  {detail}"
