@@ -19,7 +19,6 @@ import unittest
 from collections import Counter
 from typing import Any
 
-import run_experiment
 from leases import (
     Lease,
     LeaseAuthority,
@@ -208,11 +207,43 @@ def _dump(path: str) -> list[str]:
         return list(connection.iterdump())
 
 
+def _run_cli(*args: str, tmpdir: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ) if tmpdir is None else {**os.environ, "TMPDIR": tmpdir}
+    # The run's own hang bound comes first, so that a hang is reported and its workers
+    # stopped by run_experiment.py rather than cut short by subprocess's timeout.
+    bound = ["--timeout", str(TIMEOUT / 2)]
+    return subprocess.run(
+        [sys.executable, os.path.join(HERE, "run_experiment.py"), *bound, *args],
+        check=False,  # the exit code is what the tests examine
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=HERE,
+        env=env,
+    )
+
+
 @functools.cache
+def _reproduction() -> tuple[subprocess.CompletedProcess[str], bytes]:
+    """One run of the README's --check command, and the evidence it wrote (b"" if none).
+
+    The scenario tests and the command-line test all read this one run, so the scenarios
+    are played once per suite, by run_experiment.py itself.
+    """
+    with tempfile.TemporaryDirectory(prefix="leases-check-") as folder:
+        output = os.path.join(folder, "reproduced.json")
+        run = _run_cli("--check", "results.json", "--output", output)
+        if not os.path.exists(output):
+            return run, b""
+        with open(output, "rb") as file:
+            return run, file.read()
+
+
 def _evidence() -> dict[str, dict[str, Any]]:
-    """One concurrent run of the three scenarios, through run_experiment's own engine."""
-    document = run_experiment.run_scenarios(timeout=TIMEOUT)
-    return {record["name"]: record for record in document["scenarios"]}
+    run, written = _reproduction()
+    if not written:
+        raise AssertionError(f"run_experiment.py wrote no evidence:\n{run.stderr}")
+    return {record["name"]: record for record in json.loads(written)["scenarios"]}
 
 
 def _story(record: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -223,7 +254,7 @@ def _story(record: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 class ScenarioTests(unittest.TestCase):
-    """The three scenarios, each played by spawned workers exactly as run_experiment.py does."""
+    """The three scenarios, as one run of `run_experiment.py --check` played them."""
 
     def assertScenario(
         self, name: str, story: list[tuple[Any, ...]], final: tuple[int, str], **verdict: Any
@@ -524,43 +555,23 @@ class DurabilityAndInputTests(unittest.TestCase):
 
 
 class CommandLineTests(unittest.TestCase):
-    def run_cli(self, *args: str, tmpdir: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ) if tmpdir is None else {**os.environ, "TMPDIR": tmpdir}
-        # The run's own hang bound comes first, so that a hang is reported and its workers
-        # stopped by run_experiment.py rather than cut short by subprocess's timeout.
-        bound = ["--timeout", str(TIMEOUT / 2)]
-        return subprocess.run(
-            [sys.executable, os.path.join(HERE, "run_experiment.py"), *bound, *args],
-            check=False,  # the exit code is what the tests examine
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            cwd=HERE,
-            env=env,
-        )
-
     def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
-        folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
-        self.addCleanup(folder.cleanup)
-        reproduced = os.path.join(folder.name, "reproduced.json")
-        run = self.run_cli("--check", "results.json", "--output", reproduced)
+        run, written = _reproduction()
         self.assertEqual(run.returncode, 0, run.stderr)
         self.assertIn("reproduced", run.stdout)
-        with (
-            open(os.path.join(HERE, "results.json"), "rb") as committed,
-            open(reproduced, "rb") as new,
-        ):
-            self.assertEqual(new.read(), committed.read())
+        with open(os.path.join(HERE, "results.json"), "rb") as committed:
+            self.assertEqual(written, committed.read())
 
         # Re-serialised compactly and changed at two places: only those two are reported.
-        with open(reproduced, encoding="utf-8") as file:
-            document = json.load(file)
+        folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
+        self.addCleanup(folder.cleanup)
+        document = json.loads(written)
         document["scenarios"][1]["events"][3]["outcome"] = "applied"
         document["scenarios"][0]["verdict"]["stale_writes_refused"] = False  # 0 == False in Python
         tampered = os.path.join(folder.name, "tampered.json")
         with open(tampered, "w", encoding="utf-8") as file:
             json.dump(document, file)
-        run = self.run_cli("--check", tampered)
+        run = _run_cli("--check", tampered)
         self.assertEqual(run.returncode, 1, run.stderr)
         self.assertIn(
             '$.scenarios[1].events[3].outcome: expected "applied", got "stale"', run.stdout
@@ -570,13 +581,20 @@ class CommandLineTests(unittest.TestCase):
         )
         self.assertIn("at 2 JSON path", run.stdout)
 
+        # An expected file that is missing: exit 2 with one line, before anything runs.
+        never = os.path.join(folder.name, "never.json")
+        run = _run_cli("--check", os.path.join(folder.name, "missing.json"), "--output", never)
+        self.assertEqual(run.returncode, 2, run.stderr)
+        self.assertEqual(len(run.stderr.splitlines()), 1, run.stderr)
+        self.assertIn("missing.json", run.stderr)
+        self.assertFalse(os.path.exists(never))
+
         # A step that does not report in time stops the run: exit 3, the scenario and step named,
         # no output written and nothing left in the temporary folder.  No spawned interpreter
         # starts within a millisecond, so the first step of the first scenario is the one named.
         private_tmp = os.path.join(folder.name, "tmp")
         os.mkdir(private_tmp)
-        never = os.path.join(folder.name, "never.json")
-        run = self.run_cli("--timeout", "0.001", "--output", never, tmpdir=private_tmp)
+        run = _run_cli("--timeout", "0.001", "--output", never, tmpdir=private_tmp)
         self.assertEqual(run.returncode, 3, run.stderr)
         self.assertIn("scenario 'unfenced_receiver', step 0 (A acquire at tick 0)", run.stderr)
         self.assertNotIn("Traceback", run.stderr)
