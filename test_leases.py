@@ -305,7 +305,9 @@ class ScenarioTests(unittest.TestCase):
             final_value_written_by="B",
         )
 
-    def test_expired_epoch_1_write_is_applied_until_the_receiver_has_seen_epoch_2(self) -> None:
+    def test_expiry_before_receiver_observation_gap_applies_expired_epoch_1_until_epoch_2_is_stored(
+        self,
+    ) -> None:
         self.assertScenario(
             "expiry_before_receiver_observation_gap",
             [
