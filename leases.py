@@ -22,13 +22,12 @@ import dataclasses
 import enum
 import os
 import sqlite3
+import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple
-
-if TYPE_CHECKING:  # typing.Self exists from 3.11; only type checkers read this
-    from typing import Self
+from typing import NamedTuple, TypeVar
 
 __all__ = [
     "Lease",
@@ -157,41 +156,120 @@ def _check_lease(value: object) -> Lease:
     return value
 
 
-# --- storage: one way to open a database, one way to run a transaction ---
+# --- storage: one way to open a database, one way to use it ---
+
+_SMALLEST_DATABASE = 512  # bytes: the smallest page SQLite writes, and so the smallest file
 
 
-def _connect(
-    path: str | os.PathLike[str], schema: tuple[tuple[str, str], ...]
-) -> sqlite3.Connection:
+def _check_path(path: object) -> str:
+    """The absolute path of a database file, or TypeError/ValueError naming `path`."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
-    folder = os.path.dirname(os.path.abspath(path))
+    name = os.fspath(path)
+    if not isinstance(name, str):
+        raise TypeError(f"path must name a file with a str, got {path!r}")
+    if not name or "\x00" in name:
+        raise ValueError(f"path must be a non-empty file name without NUL, got {path!r}")
+    # The model is several processes sharing one file: a private in-memory database, or a
+    # URI that SQLite might read as options, would model nothing and could leave stray files.
+    if name == ":memory:" or name.startswith("file:"):
+        raise ValueError(f"path must be a plain file path, not an SQLite special name: {path!r}")
+    try:
+        name.encode(sys.getfilesystemencoding(), "surrogateescape")
+    except UnicodeEncodeError:
+        raise ValueError(f"path must be encodable as a file name, got {path!r}") from None
+    return os.path.abspath(name)
+
+
+def _connect(path: str, schema: tuple[tuple[str, str], ...]) -> sqlite3.Connection:
+    """Open the database at `path` (absolute), creating it if absent, or raise LeaseError.
+
+    An existing file is checked before SQLite may change it: it must be a regular SQLite file,
+    and a table of ours that it already has must have exactly our shape.
+    """
+    folder = os.path.dirname(path)
     if not os.path.isdir(folder):
-        raise LeaseError(
-            f"cannot open database {os.fspath(path)!r}: folder {folder!r} does not exist"
-        )
+        raise LeaseError(f"cannot open database path {path!r}: folder {folder!r} does not exist")
     try:
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             _create(path, folder)
-        # isolation_level=None: the sqlite3 module starts no transaction of its own; we do.
-        connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+        _check_file(path)
+        # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
+        connection = sqlite3.connect(
+            f"file:{_uri_path(path)}?mode=rw",
+            uri=True,
+            timeout=BUSY_TIMEOUT_SECONDS,
+            isolation_level=None,  # the sqlite3 module starts no transaction of its own; we do
+        )
     except (OSError, sqlite3.Error) as exc:
-        raise LeaseError(f"cannot open database {os.fspath(path)!r}: {exc}") from exc
+        raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
     try:
-        connection.execute("PRAGMA journal_mode=WAL")  # a no-op once the file is in WAL mode
-        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master")}
-        # Only a new database needs the write lock here: opening must not wait for a writer.
-        if not tables.issuperset(table for table, _ in schema):
+        missing = _check_schema(connection, path, schema)
+        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+        if mode != "wal":  # only a file made by someone else; ours are WAL from the start
+            connection.execute("PRAGMA journal_mode=WAL")
+        # Only a database without our tables needs the write lock here: opening must not wait
+        # for a writer.  Inside the lock, look again: another process may have been first.
+        if missing:
             with _transaction(connection):
-                for _, statement in schema:
-                    connection.execute(statement)
-    except sqlite3.Error as exc:
+                for table, statement in schema:
+                    if _check_schema(connection, path, ((table, statement),)):
+                        connection.execute(statement)
+    except BaseException as exc:
         connection.close()
-        raise LeaseError(f"cannot use database {os.fspath(path)!r}: {exc}") from exc
+        if isinstance(exc, sqlite3.Error):
+            raise LeaseError(f"cannot use database {path!r}: {_reason(exc)}") from exc
+        raise
     return connection
 
 
-def _create(path: str | os.PathLike[str], folder: str) -> None:
+def _check_file(path: str) -> None:
+    """Refuse, unchanged, anything at `path` that cannot be an SQLite database file.
+
+    The file is only stat()ed, never opened here: closing any descriptor of a file drops every
+    POSIX lock this process holds on it, including the locks of SQLite connections already
+    open on it.  SQLite itself refuses a file of 512 bytes or more that is not a database.
+    """
+    status = os.stat(path)  # follows a symbolic link: its target is what SQLite opens
+    if not stat.S_ISREG(status.st_mode):
+        raise LeaseError(f"cannot open database path {path!r}: it is not a regular file")
+    if status.st_size < _SMALLEST_DATABASE:
+        # SQLite would take a file this short for an empty database and write over it.
+        raise LeaseError(
+            f"cannot open database path {path!r}: it is {status.st_size} bytes long, too short "
+            "for an SQLite database; it was left as it is"
+        )
+
+
+def _check_schema(
+    connection: sqlite3.Connection, path: str, schema: tuple[tuple[str, str], ...]
+) -> list[str]:
+    """The tables of `schema` that are missing; LeaseError if one exists with another shape."""
+    existing = dict(
+        connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
+    )
+    missing = []
+    for table, statement in schema:
+        if table not in existing:
+            missing.append(table)
+        elif existing[table] != statement:
+            raise LeaseError(
+                f"cannot use database {path!r}: it has a table {table!r} of another shape; "
+                "it was left as it is"
+            )
+    return missing
+
+
+def _uri_path(path: str) -> str:
+    # The few characters that a URI path cannot hold as they are.
+    return path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
+
+
+def _create(path: str, folder: str) -> None:
     """Put an empty WAL database at `path` in one atomic step, unless another process did.
 
     Switching a file to WAL needs the file to itself, so processes that open one new file at
@@ -226,18 +304,46 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]
     connection.execute("COMMIT")
 
 
+
+
+_D = TypeVar("_D", bound="_Database")
+
+
 class _Database:
     """A connection of this process's own, closed by `close()` or at the end of a `with`."""
 
-    _SCHEMA: tuple[tuple[str, str], ...] = ()  # (table, its CREATE TABLE IF NOT EXISTS)
+    _SCHEMA: tuple[tuple[str, str], ...] = ()  # (table, its CREATE TABLE statement)
+    _KIND = "database"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._connection = _connect(path, self._SCHEMA)
+        self.path = _check_path(path)
+        self._connection: sqlite3.Connection | None = _connect(self.path, self._SCHEMA)
 
     def close(self) -> None:
-        self._connection.close()
+        """Close the connection; closing again does nothing."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
-    def __enter__(self) -> "Self":
+    @contextlib.contextmanager
+    def _use(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        """The connection, in one write transaction if `write`; SQLite's errors as LeaseError.
+
+        Only errors of SQLite are translated: LeaseHeld and LeaseLost raised in the block pass
+        through as they are, after the transaction has been rolled back.
+        """
+        if self._connection is None:
+            raise LeaseError(f"{self._KIND} on {self.path!r} is closed")
+        try:
+            if write:
+                with _transaction(self._connection) as connection:
+                    yield connection
+            else:
+                yield self._connection
+        except sqlite3.Error as exc:
+            raise LeaseError(f"{self._KIND} on {self.path!r} failed: {_reason(exc)}") from exc
+
+    def __enter__(self: _D) -> _D:  # noqa: PYI019 - typing.Self is 3.11+, we support 3.10
         return self
 
     def __exit__(
@@ -273,11 +379,13 @@ class _Row(NamedTuple):
 class LeaseAuthority(_Database):
     """The single trusted source of leases and epochs."""
 
+    _KIND = "lease authority"
+
     _SCHEMA = (
         (
             "leases",
             (
-                "CREATE TABLE IF NOT EXISTS leases ("
+                "CREATE TABLE leases ("
                 " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
                 " expires_at INTEGER NOT NULL) WITHOUT ROWID"
             ),
@@ -289,7 +397,7 @@ class LeaseAuthority(_Database):
         _check_text("resource", resource)
         _check_text("holder", holder)
         expires_at = _check_expiry(now, ttl)
-        with _transaction(self._connection) as connection:
+        with self._use(write=True) as connection:
             row = self._load(connection, resource)
             held = None if row is None else row.live_lease(now)
             if held is not None:
@@ -304,23 +412,31 @@ class LeaseAuthority(_Database):
         return lease
 
     def renew(self, lease: Lease, *, now: int, ttl: int) -> Lease:
-        """Extend `lease` to `now + ttl` if it is still the current, unexpired lease."""
+        """Set the expiry of `lease` to exactly `now + ttl`, if it is current and live at `now`.
+
+        This can shorten a lease as well as lengthen it: the new expiry replaces the old one.
+        The authority trusts `now`, as it trusts every tick it is given.
+        """
         _check_lease(lease)
         expires_at = _check_expiry(now, ttl)
-        with _transaction(self._connection) as connection:
-            row = self._current_or_lost(connection, lease)
+        with self._use(write=True) as connection:
+            row = self._current_or_lost(connection, lease, now)
             if row.live_lease(now) is None:
-                raise LeaseLost(lease, row.lease(), f"it expired at tick {row.expires_at}")
+                raise LeaseLost(lease, None, f"it expired at tick {row.expires_at}")
             connection.execute(
                 "UPDATE leases SET expires_at = ? WHERE resource = ?", (expires_at, lease.resource)
             )
         return dataclasses.replace(lease, expires_at=expires_at)
 
     def release(self, lease: Lease) -> None:
-        """Give up `lease` early; its epoch stays, so the next holder gets a higher one."""
+        """Clear the holder of `lease` if it is still the stored lease, expired or not.
+
+        Release takes no tick, so it cannot tell whether the lease expired; it does not need to:
+        the epoch stays either way, so the next holder gets a higher one.
+        """
         _check_lease(lease)
-        with _transaction(self._connection) as connection:
-            self._current_or_lost(connection, lease)
+        with self._use(write=True) as connection:
+            self._current_or_lost(connection, lease, None)
             connection.execute(
                 "UPDATE leases SET holder = NULL WHERE resource = ?", (lease.resource,)
             )
@@ -329,7 +445,8 @@ class LeaseAuthority(_Database):
         """The lease on `resource` that is live at tick `now`, or None."""
         _check_text("resource", resource)
         _check_int("now", now, minimum=0)
-        row = self._load(self._connection, resource)
+        with self._use(write=False) as connection:
+            row = self._load(connection, resource)
         return None if row is None else row.live_lease(now)
 
     @staticmethod
@@ -340,15 +457,21 @@ class LeaseAuthority(_Database):
         ).fetchone()
         return None if row is None else _Row(*row)
 
-    def _current_or_lost(self, connection: sqlite3.Connection, lease: Lease) -> _Row:
-        """The stored row, if `lease` is still its lease (live or not); otherwise LeaseLost."""
+    def _current_or_lost(
+        self, connection: sqlite3.Connection, lease: Lease, now: int | None
+    ) -> _Row:
+        """The stored row, if `lease` is still its lease (live or not); otherwise LeaseLost.
+
+        LeaseLost.current is what `current(resource, now=now)` would say; with no tick (release)
+        it is the stored lease, live or not.
+        """
         row = self._load(connection, lease.resource)
         if row is None or row.holder is None:
             raise LeaseLost(lease, None, "the resource has no holder")
         if (row.epoch, row.holder) != (lease.epoch, lease.holder):
             raise LeaseLost(
                 lease,
-                row.lease(),
+                row.lease() if now is None else row.live_lease(now),
                 f"the current lease is epoch {row.epoch} held by {row.holder!r}",
             )
         return row
@@ -380,7 +503,7 @@ class Receiver(_Database):
         (
             "receiver_decisions",
             (
-                "CREATE TABLE IF NOT EXISTS receiver_decisions ("
+                "CREATE TABLE receiver_decisions ("
                 " fenced INTEGER NOT NULL, resource TEXT NOT NULL, seq INTEGER NOT NULL,"
                 " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
                 " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL,"
@@ -388,6 +511,8 @@ class Receiver(_Database):
             ),
         ),
     )
+
+    _KIND = "receiver"
 
     def __init__(self, path: str | os.PathLike[str], *, fenced: bool = True) -> None:
         if not isinstance(fenced, bool):
@@ -400,7 +525,7 @@ class Receiver(_Database):
         _check_text("resource", resource)
         _check_int("epoch", epoch, minimum=1)
         _check_text("value", value, empty_ok=True)
-        with _transaction(self._connection) as connection:
+        with self._use(write=True) as connection:
             seq, stored = self._latest(connection, resource)
             outcome = _decide(stored, epoch, value) if self.fenced else Outcome.APPLIED
             if outcome is Outcome.APPLIED:
@@ -416,16 +541,18 @@ class Receiver(_Database):
     def read(self, resource: str) -> tuple[int, str] | None:
         """The stored (epoch, value) of `resource`, or None if nothing was ever applied."""
         _check_text("resource", resource)
-        return self._latest(self._connection, resource)[1]
+        with self._use(write=False) as connection:
+            return self._latest(connection, resource)[1]
 
     def decisions(self, resource: str) -> list[WriteResult]:
         """Every decision this receiver made about `resource`, oldest first."""
         _check_text("resource", resource)
-        rows = self._connection.execute(
-            "SELECT outcome, resource, epoch, value, stored_epoch, stored_value"
-            " FROM receiver_decisions WHERE fenced = ? AND resource = ? ORDER BY seq",
-            (self.fenced, resource),
-        )
+        with self._use(write=False) as connection:
+            rows = connection.execute(
+                "SELECT outcome, resource, epoch, value, stored_epoch, stored_value"
+                " FROM receiver_decisions WHERE fenced = ? AND resource = ? ORDER BY seq",
+                (self.fenced, resource),
+            ).fetchall()
         return [WriteResult(Outcome(outcome), *rest) for outcome, *rest in rows]
 
     def _latest(

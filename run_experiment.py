@@ -1,41 +1,54 @@
 """Replay the lease scenarios with spawned processes and write the evidence as canonical JSON.
 
 A scenario is data: a timeline of steps, each saying which worker acquires or writes at which
-tick.  The engine spawns one process per worker.  A worker does nothing until the engine sets the
-Event of its next step; it then performs that one step against the shared SQLite database and
-reports the result on a Queue.  The engine releases one step at a time and waits for its report,
-so the order of events comes from these handshakes alone, never from timing.  The scenarios have
-databases of their own and run concurrently; that changes no byte of the evidence.
+tick.  The engine spawns one process per worker, with a pipe of its own.  A worker does nothing
+until the engine sends it its next step over that pipe; it then performs that one step against
+the scenario's SQLite database and reports the result on the same pipe.  The engine releases
+one step at a time and waits for its report (and, after a worker's last step, for the worker to
+exit) before the next, so the order of events comes from these handshakes alone, never from
+timing.  The scenarios have databases of their own and run concurrently, in one wait loop; that
+changes no byte of the evidence.
 
 Exit codes: 0 success (and, with --check, reproduced); 1 the evidence differs from --check;
 2 bad arguments, or a file that cannot be read or written; 3 a scenario failed or hung;
-130 interrupted.  A run that fails or is interrupted stops all its workers and writes nothing.
+32 stdout was closed early; 128 + N stopped by signal N (SIGINT 130, SIGTERM 143, SIGHUP 129,
+SIGQUIT 131).  A run that fails or is stopped stops all its workers and writes nothing.
 """
 
-import argparse
-import concurrent.futures
+import signal
+
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    # Until main() takes over, Ctrl-C ends the script at once and silently, not with a
+    # traceback from the imports below: nothing has started that would need stopping.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+# argparse and json are imported where they are used: every worker process imports this module
+# too, and needs neither.
 import contextlib
 import enum
-import json
+import io
 import multiprocessing
+import multiprocessing.connection
 import os
-import queue
+import shutil
+import stat
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from leases import Lease, LeaseAuthority, Receiver, WriteResult
 
 if TYPE_CHECKING:  # only for annotations: the spawn context makes the real objects
-    from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Event
+    import argparse
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "MAX_TIMEOUT",
     "SCENARIOS",
     "Action",
     "ExperimentError",
@@ -43,6 +56,7 @@ __all__ = [
     "Step",
     "canonical_json",
     "differences",
+    "judge",
     "main",
     "run_scenarios",
     "run_worker",
@@ -53,16 +67,28 @@ EXIT_OK = 0
 EXIT_DIFFERENT = 1
 EXIT_USAGE = 2
 EXIT_FAILED = 3
-EXIT_INTERRUPTED = 130  # the shell's convention for Ctrl-C
+EXIT_CLOSED_STDOUT = 32  # EPIPE, as CPython's own `python3 -m json.tool` exits on a closed pipe
+EXIT_SIGNALLED = 128  # plus the signal's number, the shell's convention: Ctrl-C is 130
 
 # Only bounds a hung run; no step waits for it to pass.
 DEFAULT_TIMEOUT = 60.0
-# How often a waiting engine looks up to see whether the run was stopped or a worker died.
-_SLICE_SECONDS = 0.1
+# poll() takes a timeout in milliseconds as a C int, and Windows' waits a DWORD: 2**31 ms is
+# about 24.8 days.  A bound below that, with room for a worker's longer backstop, fits both.
+MAX_TIMEOUT = 1_000_000.0
+# How long the engine waits for a worker to be gone once it ended or was killed.
+_STOP_SECONDS = 5.0
+# The signals that stop a run as Ctrl-C does.  Workers ignore all but SIGTERM: the engine
+# stops them itself, so that a signal sent to the whole process group ends the run once.
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
+# The largest --check file read; the evidence is a few kilobytes.
+_MAX_EXPECTED_BYTES = 16 * 1024 * 1024
 
 RESOURCE = "quarterly-report"
 
-# What a worker reports after each step: (step index, event, None), or (index, None, error).
+# What a worker sends back after each step: (step index, event, None), or (index, None, error).
 _Report = tuple[int | None, dict[str, Any] | None, str | None]
 
 
@@ -81,18 +107,69 @@ class Step:
     ttl: int | None = None  # acquisitions only
     value: str | None = None  # writes only
 
+    def __post_init__(self) -> None:
+        problem = _step_problem(self)
+        if problem:
+            raise ValueError(f"step {self!r}: {problem}")
+
     def __str__(self) -> str:
         return f"{self.actor} {self.action.value} at tick {self.tick}"
 
 
+def _step_problem(step: Step) -> str:
+    if not isinstance(step.actor, str) or not step.actor:
+        return "actor must be a non-empty str"
+    if not isinstance(step.action, Action):
+        return "action must be an Action"
+    if not _is_tick(step.tick):
+        return "tick must be an int >= 0"
+    if step.action is Action.ACQUIRE:
+        if not _is_tick(step.ttl) or step.ttl == 0 or step.value is not None:
+            return "an acquisition needs a ttl (an int >= 1) and no value"
+    elif not isinstance(step.value, str) or step.ttl is not None:
+        return "a write needs a value (a str) and no ttl"
+    return ""
+
+
+def _is_tick(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 @dataclass(frozen=True)
 class Scenario:
-    """A named timeline: the engine releases its steps one at a time, in this order."""
+    """A named timeline: the engine releases its steps one at a time, in this order.
+
+    It is checked when it is built: ticks never go back, and a worker writes only once it has
+    acquired, since it writes with the epoch of the lease it last received.
+    """
 
     name: str
     fenced: bool
     summary: str
     steps: tuple[Step, ...]
+
+    def __post_init__(self) -> None:
+        where = f"scenario {self.name!r}"
+        if not isinstance(self.name, str) or not isinstance(self.summary, str):
+            raise TypeError(f"{where}: name and summary must be str")
+        if not isinstance(self.fenced, bool):
+            raise TypeError(f"{where}: fenced must be a bool, got {self.fenced!r}")
+        if not isinstance(self.steps, tuple) or not all(isinstance(s, Step) for s in self.steps):
+            raise TypeError(f"{where}: steps must be a tuple of Step, got {self.steps!r}")
+        if not self.name or not self.steps:
+            raise ValueError(f"{where}: name and steps must not be empty")
+        acquired: set[str] = set()
+        tick = 0
+        for index, step in enumerate(self.steps):
+            if step.tick < tick:
+                raise ValueError(
+                    f"{where}, step {index} ({step}): tick {step.tick} comes after tick {tick}"
+                )
+            if step.action is Action.WRITE and step.actor not in acquired:
+                raise ValueError(f"{where}, step {index} ({step}): {step.actor} has no lease yet")
+            if step.action is Action.ACQUIRE:
+                acquired.add(step.actor)
+            tick = step.tick
 
     @property
     def actors(self) -> tuple[str, ...]:
@@ -160,39 +237,62 @@ def run_worker(
     db_path: str,
     fenced: bool,
     actor: str,
-    script: Sequence[tuple[int, Step, "Event"]],
-    reports: "Queue[_Report]",
-    timeout: float,
+    script: Sequence[tuple[int, Step]],
+    channel: "Connection",
+    backstop: float,
 ) -> None:
-    """Perform each (index, step) of `script` once its Event is set, and report each result.
+    """Perform each (index, step) of `script` once the engine sends its index; report each.
 
     A failure is reported as text, since an arbitrary exception may not survive pickling, and
-    the process exits with status 1.
+    the process exits with status 1.  If the engine is gone (its end of the pipe closed), there
+    is no one to report to: the worker removes the scenario's folder and exits.  `backstop`
+    bounds each wait only in case the engine hangs without closing the pipe.
     """
+    _ignore_stop_signals()
     index = None
     try:
         with LeaseAuthority(db_path) as authority, Receiver(db_path, fenced=fenced) as receiver:
             lease = None
-            for index, step, release in script:
-                if not release.wait(timeout):
-                    raise TimeoutError(f"step {index} was not released within {timeout} s")
+            for index, step in script:
+                if not channel.poll(backstop):
+                    raise TimeoutError(f"step {index} was not released within {backstop:g} s")
+                released = channel.recv()
+                if released != index:
+                    raise RuntimeError(f"step {released} was released, step {index} expected")
                 lease, event = _perform(step, lease, authority, receiver)
-                reports.put((index, event, None))
-    except BaseException as exc:  # noqa: BLE001 - whatever it was, the engine must hear of it
-        reports.put((index, None, f"worker {actor}: {type(exc).__name__}: {exc}"))
+                channel.send((index, event, None))
+    except (EOFError, BrokenPipeError):
+        shutil.rmtree(os.path.dirname(db_path), ignore_errors=True)
         sys.exit(1)
+    except BaseException as exc:  # noqa: BLE001 - whatever it was, the engine must hear of it
+        with contextlib.suppress(OSError):
+            channel.send((index, None, f"worker {actor}: {type(exc).__name__}: {exc}"))
+        sys.exit(1)
+
+
+def _ignore_stop_signals() -> None:
+    """Leave stopping to the engine; undo the block the engine started this process under.
+
+    The engine starts workers with its stop signals blocked, so that one sent to the whole
+    process group (Ctrl-C in a terminal) cannot cut a worker's interpreter start short.  A
+    pending one is dropped here; SIGTERM stays fatal, as a worker has nothing to clean up.
+    """
+    for number in _STOP_SIGNALS:
+        if number != signal.SIGTERM:
+            signal.signal(number, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 def _perform(
     step: Step, lease: Lease | None, authority: LeaseAuthority, receiver: Receiver
 ) -> tuple[Lease | None, dict[str, Any]]:
     if step.action is Action.ACQUIRE:
-        assert step.ttl is not None
+        assert step.ttl is not None  # Step checked it when it was built
         lease = authority.acquire(RESOURCE, step.actor, now=step.tick, ttl=step.ttl)
         granted = {"epoch": lease.epoch, "expires_at": lease.expires_at, "outcome": "granted"}
         return lease, _event(step, granted)
-    if lease is None or step.value is None:
-        raise ValueError(f"{step} needs a lease and a value")
+    assert lease is not None and step.value is not None  # Scenario checked it when it was built
     # The worker sends the epoch of the lease it last received: it has no other way to know.
     return lease, _event(step, _result_json(receiver.write(RESOURCE, lease.epoch, step.value)))
 
@@ -211,124 +311,210 @@ def _event(step: Step, happened: dict[str, Any]) -> dict[str, Any]:
 # --- the engine ---
 
 
-def _play(scenario: Scenario, timeout: float, stop: threading.Event) -> dict[str, Any]:
-    """The engine: release each step in turn, and wait for its report before the next."""
-    context = multiprocessing.get_context("spawn")
-    with tempfile.TemporaryDirectory(prefix="leases-experiment-") as folder:
-        db_path = os.path.join(folder, "scenario.sqlite3")
-        reports: Queue[_Report] = context.Queue()
-        releases = [context.Event() for _ in scenario.steps]
-        workers = {
-            actor: context.Process(
-                target=run_worker,
-                name=f"{scenario.name}:{actor}",
-                args=(
-                    db_path,
-                    scenario.fenced,
-                    actor,
-                    [(i, s, releases[i]) for i, s in enumerate(scenario.steps) if s.actor == actor],
-                    reports,
-                    timeout,
-                ),
-            )
-            for actor in scenario.actors
-        }
-        try:
-            for worker in workers.values():
-                worker.start()
-            events = []
-            for index, step in enumerate(scenario.steps):
-                releases[index].set()
-                where = f"step {index} ({step})"
-                events.append(
-                    _handshake(
-                        scenario.name, where, index, reports, workers[step.actor], timeout, stop
-                    )
-                )
-            for worker in workers.values():
-                worker.join(timeout)
-                if worker.exitcode != 0:
-                    problem = (
-                        "did not exit"
-                        if worker.exitcode is None
-                        else f"exit code {worker.exitcode}"
-                    )
-                    raise ExperimentError(scenario.name, f"ending worker {worker.name!r}", problem)
-        finally:
-            _stop(workers.values(), timeout)
-            # Only the workers ever put on this queue, so closing it here waits for nothing.
-            reports.close()
-            reports.join_thread()
-        return _record(scenario, events, db_path)
+class _Play:
+    """One scenario being played: its workers, the step it waits on, and what has happened.
 
-
-def _handshake(
-    scenario: str,
-    where: str,
-    index: int,
-    reports: "Queue[_Report]",
-    worker: multiprocessing.process.BaseProcess,
-    timeout: float,
-    stop: threading.Event,
-) -> dict[str, Any]:
-    """Wait for the report of the one step just released: the only way the engine moves on.
-
-    The wait is cut into short slices only to notice, between them, that the run was stopped
-    or that the worker died without reporting; it never decides the order of anything.
+    It waits on one thing at a time: the report of the step it released last, or, after an
+    actor's last step, that actor's exit.  `waitables()` says what, `advance()` takes what
+    became ready, and `check_deadline()` fails the step that has waited too long.
     """
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def __init__(self, scenario: Scenario, folder: str, timeout: float) -> None:
+        self.scenario = scenario
+        self.db_path = os.path.join(folder, "scenario.sqlite3")
+        self.timeout = timeout
+        self.events: list[dict[str, Any]] = []
+        self.index = 0  # the step released last, or to be released next
+        self.exiting: str | None = None  # the actor whose exit is awaited, after its last step
+        self.deadline = float("inf")
+        self.workers: dict[str, tuple[BaseProcess, Connection]] = {}
+        self.done = False
+
+    def start(self, context: multiprocessing.context.SpawnContext) -> None:
+        steps = self.scenario.steps
+        backstop = min(self.timeout * (len(steps) + 1), MAX_TIMEOUT)
+        for actor in self.scenario.actors:
+            ours, theirs = context.Pipe()
+            script = [(i, step) for i, step in enumerate(steps) if step.actor == actor]
+            process = context.Process(
+                target=run_worker,
+                name=f"{self.scenario.name}:{actor}",
+                args=(self.db_path, self.scenario.fenced, actor, script, theirs, backstop),
+            )
+            self.workers[actor] = (process, ours)
+            process.start()
+            theirs.close()  # the worker's end lives on in the worker only: its exit closes it
+        self._release()
+
+    def where(self) -> str:
+        return f"step {self.index} ({self.scenario.steps[self.index]})"
+
+    def fail(self, problem: str) -> NoReturn:
+        raise ExperimentError(self.scenario.name, self.where(), problem)
+
+    def waitables(self) -> list[Any]:
+        if self.done:
+            return []
+        if self.exiting is not None:
+            return [self.workers[self.exiting][0].sentinel]
+        process, channel = self.workers[self.scenario.steps[self.index].actor]
+        return [channel, process.sentinel]
+
+    def advance(self, ready: list[Any]) -> None:
+        if self.exiting is not None:
+            process, _ = self.workers[self.exiting]
+            process.join(_STOP_SECONDS)
+            if process.exitcode != 0:
+                self.fail(f"worker {process.name!r} exited with code {process.exitcode}")
+            self.exiting = None
+            self.index += 1
+            self._release()
+            return
+        actor = self.scenario.steps[self.index].actor
+        process, channel = self.workers[actor]
+        if channel not in ready:  # only the sentinel: the worker ended without a word
+            process.join(_STOP_SECONDS)
+            self.fail(f"worker {process.name!r} ended with exit code {process.exitcode}, unreported")
         try:
-            wait = min(_SLICE_SECONDS, max(0.0, deadline - time.monotonic()))
-            reported, event, error = reports.get(timeout=wait)
-            break
-        except queue.Empty:
-            pass
-        if stop.is_set():
-            raise ExperimentError(scenario, where, "stopped: another scenario failed, or Ctrl-C")
-        if worker.exitcode is not None and reports.empty():
-            problem = f"worker {worker.name!r} ended with exit code {worker.exitcode}, unreported"
-            raise ExperimentError(scenario, where, problem)
-        if time.monotonic() >= deadline:
-            raise ExperimentError(scenario, where, f"no report within {timeout} s")
-    if error is not None:
-        raise ExperimentError(scenario, where, error)
-    if reported != index or event is None:
-        raise ExperimentError(scenario, where, f"step {reported} reported out of turn")
-    return event
+            reported, event, error = channel.recv()
+        except EOFError:
+            process.join(_STOP_SECONDS)
+            self.fail(f"worker {process.name!r} ended with exit code {process.exitcode}, unreported")
+        if error is not None:
+            self.fail(error)
+        if reported != self.index or event is None:
+            self.fail(f"step {reported} reported out of turn")
+        self.events.append(event)
+        if all(step.actor != actor for step in self.scenario.steps[self.index + 1 :]):
+            # Its last step: the next is released only once this worker has exited, so that
+            # what it leaves behind is only what it committed.
+            self.exiting = actor
+            self.deadline = time.monotonic() + self.timeout
+            return
+        self.index += 1
+        self._release()
+
+    def check_deadline(self, now: float) -> None:
+        if not self.done and now >= self.deadline:
+            if self.exiting is not None:
+                self.fail(f"worker {self.exiting} did not exit within {self.timeout:g} s")
+            self.fail(f"no report within {self.timeout:g} s")
+
+    def _release(self) -> None:
+        if self.index == len(self.scenario.steps):
+            self.done = True
+            return
+        _, channel = self.workers[self.scenario.steps[self.index].actor]
+        try:
+            channel.send(self.index)
+        except OSError as exc:
+            self.fail(f"cannot release the step: {exc}")
+        self.deadline = time.monotonic() + self.timeout
+
+    def stop(self) -> None:
+        """Make sure no worker outlives its scenario, however the scenario ended."""
+        # SIGKILL, not SIGTERM: a worker still starting up holds SIGTERM back (see
+        # _signals_blocked), and a worker has nothing to clean up; the folder goes with the play.
+        for process, _ in self.workers.values():
+            if process.pid is not None and process.exitcode is None:
+                process.kill()
+        for process, channel in self.workers.values():
+            if process.pid is not None:
+                process.join(_STOP_SECONDS)
+            channel.close()
+
+    def record(self) -> dict[str, Any]:
+        with Receiver(self.db_path, fenced=self.scenario.fenced) as receiver:
+            decisions = [_result_json(result) for result in receiver.decisions(RESOURCE)]
+            final = receiver.read(RESOURCE)
+        with LeaseAuthority(self.db_path) as authority:
+            lease = authority.current(RESOURCE, now=self.scenario.steps[-1].tick)
+        return {
+            "name": self.scenario.name,
+            "receiver": "fenced" if self.scenario.fenced else "unfenced",
+            "summary": self.scenario.summary,
+            "resource": RESOURCE,
+            "events": self.events,
+            "decisions": decisions,
+            "final": None if final is None else {"epoch": final[0], "value": final[1]},
+            "lease_at_end": None if lease is None else _lease_json(lease),
+            "verdict": judge(self.events),
+        }
 
 
-def _stop(workers: Iterable[multiprocessing.process.BaseProcess], timeout: float) -> None:
-    """Make sure no worker outlives its scenario, however the scenario ended."""
-    for worker in workers:
-        if worker.pid is None:  # never started
-            continue
-        if worker.is_alive():
-            worker.terminate()
-        worker.join(timeout)
-        if worker.is_alive():
-            worker.kill()
-            worker.join()
+def run_scenarios(
+    scenarios: Sequence[Scenario] = SCENARIOS, *, timeout: float = DEFAULT_TIMEOUT
+) -> dict[str, Any]:
+    """Play `scenarios` concurrently and return the evidence document, in the given order.
+
+    Every worker of every scenario has ended, and every scenario's folder is gone, before this
+    returns or raises: when a scenario fails (ExperimentError), and when the run is interrupted
+    by an exception such as KeyboardInterrupt, raised wherever the wait happens to be.
+    """
+    _check_timeout(timeout)
+    names = [scenario.name for scenario in scenarios]
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"scenarios must be a non-empty sequence with distinct names: {names!r}")
+    context = multiprocessing.get_context("spawn")
+    with contextlib.ExitStack() as stack:
+        plays = []
+        for scenario in scenarios:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="leases-experiment-"))
+            plays.append(_Play(scenario, folder, timeout))
+            stack.callback(plays[-1].stop)  # runs before its folder is removed
+        with _signals_blocked():
+            for play in plays:
+                _guarded(play, play.start, context)
+        while not all(play.done for play in plays):
+            waiting = {item: play for play in plays for item in play.waitables()}
+            wait = min(play.deadline for play in plays) - time.monotonic()
+            ready = multiprocessing.connection.wait(list(waiting), max(0.0, wait))
+            for play in plays:
+                mine = [item for item in ready if waiting[item] is play]
+                if mine:
+                    _guarded(play, play.advance, mine)
+            now = time.monotonic()
+            for play in plays:
+                play.check_deadline(now)
+        return {"scenarios": [_guarded(play, play.record) for play in plays]}
 
 
-def _record(scenario: Scenario, events: list[dict[str, Any]], db_path: str) -> dict[str, Any]:
-    with Receiver(db_path, fenced=scenario.fenced) as receiver:
-        decisions = [_result_json(result) for result in receiver.decisions(RESOURCE)]
-        final = receiver.read(RESOURCE)
-    with LeaseAuthority(db_path) as authority:
-        lease = authority.current(RESOURCE, now=scenario.steps[-1].tick)
-    assert final is not None
-    return {
-        "name": scenario.name,
-        "receiver": "fenced" if scenario.fenced else "unfenced",
-        "summary": scenario.summary,
-        "resource": RESOURCE,
-        "events": events,
-        "decisions": decisions,
-        "final": {"epoch": final[0], "value": final[1]},
-        "lease_at_end": None if lease is None else _lease_json(lease),
-        "verdict": _verdict(events, final),
-    }
+def _guarded(play: _Play, action: Callable[..., Any], *args: Any) -> Any:
+    """Run one engine action; anything unexpected fails the run naming the scenario and step."""
+    try:
+        return action(*args)
+    except ExperimentError:
+        raise
+    except Exception as exc:
+        where = "recording" if play.done else play.where()
+        problem = f"unexpected {type(exc).__name__}: {exc}"
+        raise ExperimentError(play.scenario.name, where, problem) from exc
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """Hold back the stop signals while workers start; they inherit the block (see there)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    # The first spawn starts multiprocessing's resource tracker, and starting it unblocks
+    # SIGINT and SIGTERM again: start it first.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _check_timeout(timeout: object) -> float:
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+    if not 0 < timeout <= MAX_TIMEOUT:
+        raise ValueError(f"timeout must be more than 0 and at most {MAX_TIMEOUT:g} s, got {timeout!r}")
+    return float(timeout)
 
 
 def _lease_json(lease: Lease) -> dict[str, Any]:
@@ -345,55 +531,56 @@ def _result_json(result: WriteResult) -> dict[str, Any]:
     }
 
 
-def _verdict(events: list[dict[str, Any]], final: tuple[int, str]) -> dict[str, Any]:
-    """Judge the run from its events alone: what went wrong, if anything, and who won."""
+def judge(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The verdict on a run, from its events alone: what went wrong, if anything, and who won.
+
+    `because` holds, for each field, the indices (into `events`) of the events that made it
+    what it is, so that every field can be checked against the events by hand.
+    """
+    because: dict[str, list[int]] = {
+        "write_with_superseded_epoch_applied": [],  # applied below the newest granted epoch
+        "write_after_lease_expiry_applied": [],  # applied at or after its writer's expiry tick
+        "newer_write_overwritten_by_older_epoch": [],  # applied below the stored epoch
+        "stale_writes_refused": [],
+        "conflicting_writes_refused": [],
+        "final_value_written_by": [],  # the applied write that left the final value stored
+    }
+    refused = {"stale": "stale_writes_refused", "conflict": "conflicting_writes_refused"}
     expires_at: dict[str, int] = {}  # each actor's latest lease
     newest_epoch = 0  # the highest epoch the authority has granted so far
     stored_epoch = None  # what the receiver held before the write at hand
-    superseded = expired = overwritten = False
-    for event in events:
+    for index, event in enumerate(events):
         if event["action"] == Action.ACQUIRE.value:
             expires_at[event["actor"]] = event["expires_at"]
             newest_epoch = max(newest_epoch, event["epoch"])
             continue
         if event["outcome"] == "applied":
-            superseded |= event["epoch"] < newest_epoch
-            expired |= event["tick"] >= expires_at[event["actor"]]
-            overwritten |= stored_epoch is not None and event["epoch"] < stored_epoch
+            if event["epoch"] < newest_epoch:
+                because["write_with_superseded_epoch_applied"].append(index)
+            if event["tick"] >= expires_at[event["actor"]]:
+                because["write_after_lease_expiry_applied"].append(index)
+            if stored_epoch is not None and event["epoch"] < stored_epoch:
+                because["newer_write_overwritten_by_older_epoch"].append(index)
+            # Only an applied write changes what is stored, so the latest one left it there.
+            because["final_value_written_by"] = [index]
+        elif event["outcome"] in refused:
+            because[refused[event["outcome"]]].append(index)
         stored_epoch = event["stored_epoch"]
-    writers = {event["value"]: event["actor"] for event in events if event["value"] is not None}
+    final = because["final_value_written_by"]
     return {
-        "write_with_superseded_epoch_applied": superseded,
-        "write_after_lease_expiry_applied": expired,
-        "newer_write_overwritten_by_older_epoch": overwritten,
-        "stale_writes_refused": sum(event["outcome"] == "stale" for event in events),
-        "final_value_written_by": writers.get(final[1]),
+        **{field: bool(because[field]) for field in list(because)[:3]},
+        **{field: len(because[field]) for field in refused.values()},
+        "final_value_written_by": events[final[0]]["actor"] if final else None,
+        "because": because,
     }
-
-
-def run_scenarios(
-    scenarios: Sequence[Scenario] = SCENARIOS, *, timeout: float = DEFAULT_TIMEOUT
-) -> dict[str, Any]:
-    """Run `scenarios` concurrently and return the evidence document, in the given order.
-
-    If one scenario fails, or the run is interrupted, the others are told to stop, so that
-    every worker of every scenario has ended before this returns or raises.
-    """
-    stop = threading.Event()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
-        running = [pool.submit(_play, scenario, timeout, stop) for scenario in scenarios]
-        try:
-            records = [future.result() for future in running]
-        except BaseException:
-            stop.set()
-            raise
-    return {"scenarios": records}
 
 
 # --- evidence: rendering and comparing ---
 
 
 def canonical_json(document: object) -> str:
+    import json
+
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=True) + "\n"
 
 
@@ -425,6 +612,8 @@ def differences(
     expected: object, actual: object, path: str = "$"
 ) -> Iterator[tuple[str, Any, Any]]:
     """Yield (JSON path, expected, actual) wherever two parsed JSON documents differ."""
+    import json
+
     if isinstance(expected, dict) and isinstance(actual, dict):
         for key in sorted(expected.keys() | actual.keys()):
             step = f".{key}" if key.isidentifier() else f"[{json.dumps(key)}]"
@@ -445,6 +634,8 @@ def differences(
 
 def _show_pair(expected: object, actual: object, limit: int = 70) -> tuple[str, str]:
     """Both values as short JSON; two long strings are shown from just before they part."""
+    import json
+
     skip = 0
     if isinstance(expected, str) and isinstance(actual, str):
         skip = max(0, len(os.path.commonprefix([expected, actual])) - 20)
@@ -468,25 +659,42 @@ class _UsageError(Exception):
     """Bad arguments or files: exit 2 with one line, before or instead of a run."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line and no usage block, so that scripts can show the reason as it is.
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+class _Stopped(BaseException):
+    """A stop signal arrived; raised once, wherever the run was, so that it unwinds."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+class _ReportFailed(Exception):
+    """stdout or stderr would not take the report."""
+
+
+def _parser() -> "argparse.ArgumentParser":
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            # One line and no usage block, so that scripts can show the reason as it is.
+            self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+    parser = Parser(
         prog="run_experiment.py",
         description="Replay the lease scenarios (unfenced receiver, fenced receiver, and the gap\n"
         "between a lease's expiry and the receiver's observation of a newer epoch) with\n"
         "spawned processes, and write the evidence as canonical JSON to stdout or PATH.\n"
         "A timeline a person can read goes to stderr.",
         epilog="exit codes:\n"
-        "  0  success; with --check, the run reproduced EXPECTED\n"
-        "  1  with --check, the run differs from EXPECTED (the differing JSON paths are listed)\n"
-        "  2  bad arguments; EXPECTED missing, unreadable, empty or not JSON; PATH not writable\n"
-        "  3  a scenario failed or hung (the scenario and step are named)\n"
-        "  130  interrupted (Ctrl-C); every worker is stopped first\n"
+        "  0    success; with --check, the run reproduced EXPECTED\n"
+        "  1    with --check, the run differs from EXPECTED (the first differing JSON paths\n"
+        "       are listed)\n"
+        "  2    bad arguments; EXPECTED missing, unreadable, not a regular file, too large or\n"
+        "       not JSON; PATH not writable; the report could not be written\n"
+        "  3    a scenario failed or hung (the scenario and step are named)\n"
+        "  32   stdout was closed before the report was written (e.g. | head -1)\n"
+        "  129  stopped by SIGHUP    130  SIGINT (Ctrl-C)    131  SIGQUIT    143  SIGTERM;\n"
+        "       every worker is stopped and nothing is written\n"
         "\n"
         "examples:\n"
         "  python3 run_experiment.py --check results.json --output reproduced.json\n"
@@ -496,122 +704,270 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--check",
         metavar="EXPECTED",
-        help="compare the run with this evidence file; key order and whitespace do not matter",
+        help="compare the run with this evidence file (a regular file of at most 16 MiB); "
+        "key order and whitespace do not matter",
     )
     parser.add_argument(
         "--output",
         metavar="PATH",
-        help="write the evidence here, replacing the file whole (default: stdout, unless --check)",
+        help="write the evidence to this regular file, replacing it whole, or creating it; a "
+        "symlink's target is replaced and the link kept (default: stdout, unless --check)",
     )
     parser.add_argument(
         "--timeout",
         metavar="SECONDS",
-        type=_positive_seconds,
+        type=_seconds,
         default=DEFAULT_TIMEOUT,
-        help=f"give up on a step that hangs this long; it never orders anything "
-        f"(default: {DEFAULT_TIMEOUT:g})",
+        help=f"give up on a step that hangs this long, at most {MAX_TIMEOUT:g}; it never "
+        f"orders anything (default: {DEFAULT_TIMEOUT:g})",
     )
     return parser
 
 
-def _positive_seconds(text: str) -> float:
+def _seconds(text: str) -> float:
+    import argparse
+
     try:
-        seconds = float(text)
+        return _check_timeout(float(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return seconds
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}, got {text!r}"
+        ) from None
+
+
+def _shown(path: str) -> str:
+    """`path` as a person can read it: escaped if it holds anything unprintable."""
+    return path if path.isprintable() else ascii(path)
 
 
 def _read_expected(path: str) -> object:
+    """The parsed --check file; it must be a regular file, and proper JSON without repeats."""
+    import json
+
+    shown = _shown(path)
     try:
-        with open(path, "rb") as file:
-            data = file.read()
+        # O_NONBLOCK: if a FIFO is swapped in after any check, opening it must not hang.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb") as file:
+            status = os.fstat(file.fileno())
+            if not stat.S_ISREG(status.st_mode):
+                raise _UsageError(f"expected evidence {shown} is not a regular file")
+            if status.st_size > _MAX_EXPECTED_BYTES:
+                raise _UsageError(
+                    f"expected evidence {shown} is {status.st_size} bytes, more than the "
+                    f"{_MAX_EXPECTED_BYTES} read"
+                )
+            data = file.read(_MAX_EXPECTED_BYTES + 1)
     except OSError as exc:
         raise _UsageError(
-            f"cannot read expected evidence {path!r}: {exc.strerror or exc}"
+            f"cannot read expected evidence {shown}: {exc.strerror or exc}"
         ) from None
     if not data.strip():
-        raise _UsageError(f"expected evidence {path!r} is empty")
+        raise _UsageError(f"expected evidence {shown} is empty")
+
+    def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        for key in keys:
+            if keys.count(key) > 1:
+                raise _UsageError(f"expected evidence {shown} has the key {key!r} twice")
+        return dict(pairs)
+
+    def no_constant(name: str) -> NoReturn:
+        raise _UsageError(f"expected evidence {shown} is not JSON: it holds {name}")
+
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(
+            data.decode("utf-8"), object_pairs_hook=no_repeats, parse_constant=no_constant
+        )
     except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
-        raise _UsageError(f"expected evidence {path!r} is not JSON: {exc}") from None
+        raise _UsageError(f"expected evidence {shown} is not JSON: {exc}") from None
 
 
-def _check_writable(path: str, expected_path: str | None) -> None:
-    """Fail before the run, not after it, if PATH cannot be written."""
-    folder = os.path.dirname(os.path.abspath(path))
+def _output_target(path: str, expected_path: str | None) -> str:
+    """The file that --output PATH will replace (a symlink's target); fail before the run."""
+    shown = _shown(path)
+    if not path:
+        raise _UsageError("--output must name a file, got ''")
+    target = os.path.realpath(path)  # the link stays; what it points to gets the evidence
+    folder, name = os.path.split(target)
+    try:
+        status = os.stat(target)
+    except FileNotFoundError:
+        status = None
+    except OSError as exc:  # a loop of links, a file used as a folder, no permission, ...
+        raise _UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        kind = "a folder" if stat.S_ISDIR(status.st_mode) else "not a regular file"
+        raise _UsageError(f"cannot write {shown}: it is {kind}; --output replaces regular files")
+    if status is not None and expected_path is not None:
+        with contextlib.suppress(OSError):  # an unreadable --check file has failed already
+            if os.path.samestat(status, os.stat(expected_path)):
+                raise _UsageError(
+                    f"--output {shown} is the --check file it is compared with"
+                )
     if not os.path.isdir(folder):
-        raise _UsageError(f"cannot write {path!r}: folder {folder!r} does not exist")
-    if os.path.isdir(path):
-        raise _UsageError(f"cannot write {path!r}: it is a folder")
-    if expected_path is not None and os.path.abspath(path) == os.path.abspath(expected_path):
-        raise _UsageError(f"--output {path!r} would overwrite the --check file it is compared with")
+        raise _UsageError(f"cannot write {shown}: folder {_shown(folder)} does not exist")
+    with contextlib.suppress(OSError, ValueError):
+        if len(os.fsencode(name)) > os.pathconf(folder, "PC_NAME_MAX"):
+            raise _UsageError(f"cannot write {shown}: the file name is too long")
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        raise _UsageError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+        raise _UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
+    return target
 
 
-def _write_whole(path: str, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename: never a half-written file."""
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+def _write_whole(target: str, text: str) -> None:
+    """Write `text` beside `target`, then rename it into place: never a half-written file.
+
+    An existing file keeps its mode (and, where allowed, its owner); a new one gets the mode
+    the umask allows, as any file the user creates.
+    """
     try:
+        status: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        status = None
+    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".tmp")
+    try:
+        if status is None:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(fd, 0o666 & ~umask)
+        else:
+            os.chmod(fd, stat.S_IMODE(status.st_mode))
+            with contextlib.suppress(OSError):
+                os.chown(fd, status.st_uid, status.st_gid)
         with os.fdopen(fd, "w", encoding="ascii", newline="\n") as file:
             file.write(text)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
 
 
+@contextlib.contextmanager
+def _stop_signals_raise() -> Iterator[None]:
+    """While the block runs, the first stop signal raises _Stopped; later ones are ignored.
+
+    Only the first raises, so that unwinding (stopping workers, removing folders) cannot itself
+    be cut short by a second Ctrl-C.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; the caller's own handling applies
+        return
+    stopped: list[int] = []
+
+    def handler(number: int, frame: object) -> None:
+        if not stopped:
+            stopped.append(number)
+            raise _Stopped(number)
+
+    # A signal ignored from the start (nohup, or a shell's background job) stays ignored.
+    previous = {
+        number: signal.signal(number, handler)
+        for number in _STOP_SIGNALS
+        if signal.getsignal(number) is not signal.SIG_IGN
+    }
+    try:
+        yield
+    finally:
+        for number, action in previous.items():
+            signal.signal(number, action)
+
+
+def _say(stream: Any, text: str) -> None:
+    """Write a line and flush it; a stream that will not take it raises _ReportFailed."""
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: the stream was closed
+        raise _ReportFailed(f"{getattr(stream, 'name', 'a stream')}: {exc}") from None
+
+
+def _silence(stream: Any) -> None:
+    """Point a failed stream at the null device, so that the exit's final flush is quiet."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # any name or value can be shown, escaped
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+    with _stop_signals_raise():
+        try:
+            return _main(argv)
+        except _Stopped as stop:
+            with contextlib.suppress(Exception):
+                name = signal.Signals(stop.number).name
+                _say(sys.stderr, f"run_experiment.py: stopped by {name}; every worker was "
+                     "stopped and nothing was written")
+            return EXIT_SIGNALLED + stop.number
+        except KeyboardInterrupt:  # only when called off the main thread, without our handler
+            return EXIT_SIGNALLED + signal.SIGINT
+        except BrokenPipeError:
+            _silence(sys.stdout)
+            return EXIT_CLOSED_STDOUT
+        except _ReportFailed as exc:
+            _silence(sys.stdout)
+            with contextlib.suppress(Exception):
+                _say(sys.stderr, f"run_experiment.py: error: cannot write the report to {exc}")
+            return EXIT_USAGE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         expected = None if args.check is None else _read_expected(args.check)
-        if args.output is not None:
-            _check_writable(args.output, args.check)
+        target = None if args.output is None else _output_target(args.output, args.check)
     except _UsageError as exc:
-        print(f"run_experiment.py: error: {exc}", file=sys.stderr)
+        _say(sys.stderr, f"run_experiment.py: error: {exc}")
         return EXIT_USAGE
 
     try:
         document = run_scenarios(timeout=args.timeout)
     except ExperimentError as exc:
-        print(f"run_experiment.py: failed: {exc}", file=sys.stderr)
+        _say(sys.stderr, f"run_experiment.py: failed: {exc}")
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("run_experiment.py: interrupted; every worker was stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED
     for record in document["scenarios"]:
-        print(timeline(record), file=sys.stderr)
+        _say(sys.stderr, timeline(record))
 
     text = canonical_json(document)
-    if args.output is not None:
+    if target is not None:
         try:
-            _write_whole(args.output, text)
+            _write_whole(target, text)
         except OSError as exc:
-            print(f"run_experiment.py: error: cannot write {args.output!r}: {exc}", file=sys.stderr)
+            _say(sys.stderr, f"run_experiment.py: error: cannot write {_shown(args.output)}: "
+                 f"{exc.strerror or exc}")
             return EXIT_USAGE
-    elif args.check is None:
-        sys.stdout.write(text)
-    if args.check is None:
+    elif expected is None:
+        _say(sys.stdout, text.rstrip("\n"))
+    if expected is None:
         return EXIT_OK
 
+    import json
+
     found = list(differences(expected, json.loads(text)))
+    checked = _shown(args.check)
     if not found:
-        print(f"reproduced: this run matches {args.check} ({len(document['scenarios'])} scenarios)")
+        scenarios = len(document["scenarios"])
+        _say(sys.stdout, f"reproduced: this run matches {checked} ({scenarios} scenarios)")
         return EXIT_OK
-    print(f"differs: this run does not match {args.check} at {len(found)} JSON path(s):")
+    lines = [f"differs: this run does not match {checked} at {len(found)} JSON path(s):"]
     for path, want, got in found[:10]:
         shown_want, shown_got = _show_pair(want, got)
-        print(f"  {path}: expected {shown_want}, got {shown_got}")
+        lines.append(f"  {path}: expected {shown_want}, got {shown_got}")
     if len(found) > 10:
-        print(f"  ... and {len(found) - 10} more")
+        lines.append(f"  ... and {len(found) - 10} more")
+    _say(sys.stdout, "\n".join(lines))
     return EXIT_DIFFERENT
 
 
