@@ -23,7 +23,6 @@ import enum
 import os
 import sqlite3
 import stat
-import sys
 import tempfile
 from collections.abc import Iterator
 from types import TracebackType
@@ -174,10 +173,6 @@ def _check_path(path: object) -> str:
     # URI that SQLite might read as options, would model nothing and could leave stray files.
     if name == ":memory:" or name.startswith("file:"):
         raise ValueError(f"path must be a plain file path, not an SQLite special name: {path!r}")
-    try:
-        name.encode(sys.getfilesystemencoding(), "surrogateescape")
-    except UnicodeEncodeError:
-        raise ValueError(f"path must be encodable as a file name, got {path!r}") from None
     return os.path.abspath(name)
 
 
@@ -196,7 +191,7 @@ def _connect(path: str, schema: tuple[tuple[str, str], ...]) -> sqlite3.Connecti
         _check_file(path)
         # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
         connection = sqlite3.connect(
-            f"file:{_uri_path(path)}?mode=rw",
+            _uri(path, "rw"),
             uri=True,
             timeout=BUSY_TIMEOUT_SECONDS,
             isolation_level=None,  # the sqlite3 module starts no transaction of its own; we do
@@ -236,7 +231,7 @@ def _check_file(path: str) -> None:
     if status.st_size < _SMALLEST_DATABASE:
         # SQLite would take a file this short for an empty database and write over it.
         raise LeaseError(
-            f"cannot open database path {path!r}: it is {status.st_size} bytes long, too short "
+            f"cannot open database path {path!r}: at {status.st_size} bytes it is too short "
             "for an SQLite database; it was left as it is"
         )
 
@@ -260,9 +255,15 @@ def _check_schema(
     return missing
 
 
-def _uri_path(path: str) -> str:
-    # The few characters that a URI path cannot hold as they are.
-    return path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+def _uri(path: str, mode: str) -> str:
+    """An SQLite URI for the file `path`, every byte that is not plainly safe escaped.
+
+    A URI is the only way to ask SQLite not to create a file (mode=rw); escaping bytes rather
+    than characters also carries a file name that is not valid UTF-8.
+    """
+    safe = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/-_.~"
+    name = "".join(chr(b) if b in safe else f"%{b:02X}" for b in os.fsencode(path))
+    return f"file:{name}?mode={mode}"
 
 
 def _reason(exc: BaseException) -> str:
@@ -279,7 +280,7 @@ def _create(path: str, folder: str) -> None:
     descriptor, draft = tempfile.mkstemp(dir=folder, prefix=".leases-", suffix=".draft")
     os.close(descriptor)
     try:
-        with contextlib.closing(sqlite3.connect(draft)) as connection:
+        with contextlib.closing(sqlite3.connect(_uri(draft, "rwc"), uri=True)) as connection:
             connection.execute("PRAGMA journal_mode=WAL")
         with contextlib.suppress(FileExistsError):  # another process was first: use its file
             os.link(draft, path)
