@@ -157,6 +157,23 @@ def _check_lease(value: object) -> Lease:
 
 # --- storage: one way to open a database, one way to use it ---
 
+# Every table of the model, as SQLite keeps its CREATE statement.  The authority and the
+# receiver may share a file, so each checks the shape of both and creates its own.
+_TABLES = {
+    "leases": (
+        "CREATE TABLE leases ("
+        " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
+        " expires_at INTEGER NOT NULL) WITHOUT ROWID"
+    ),
+    "receiver_decisions": (
+        "CREATE TABLE receiver_decisions ("
+        " fenced INTEGER NOT NULL, resource TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
+        " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL,"
+        " PRIMARY KEY (fenced, resource, seq)) WITHOUT ROWID"
+    ),
+}
+
 _SMALLEST_DATABASE = 512  # bytes: the smallest page SQLite writes, and so the smallest file
 
 
@@ -176,11 +193,11 @@ def _check_path(path: object) -> str:
     return os.path.abspath(name)
 
 
-def _connect(path: str, schema: tuple[tuple[str, str], ...]) -> sqlite3.Connection:
-    """Open the database at `path` (absolute), creating it if absent, or raise LeaseError.
+def _connect(path: str, table: str) -> sqlite3.Connection:
+    """Open the database at `path` (absolute) with `table` in it, or raise LeaseError.
 
     An existing file is checked before SQLite may change it: it must be a regular SQLite file,
-    and a table of ours that it already has must have exactly our shape.
+    and a table of the model that it already has must have exactly the model's shape.
     """
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
@@ -199,7 +216,7 @@ def _connect(path: str, schema: tuple[tuple[str, str], ...]) -> sqlite3.Connecti
     except (OSError, sqlite3.Error) as exc:
         raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
     try:
-        missing = _check_schema(connection, path, schema)
+        missing = table in _missing_tables(connection, path)
         (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
         if mode != "wal":  # only a file made by someone else; ours are WAL from the start
             connection.execute("PRAGMA journal_mode=WAL")
@@ -207,9 +224,8 @@ def _connect(path: str, schema: tuple[tuple[str, str], ...]) -> sqlite3.Connecti
         # for a writer.  Inside the lock, look again: another process may have been first.
         if missing:
             with _transaction(connection):
-                for table, statement in schema:
-                    if _check_schema(connection, path, ((table, statement),)):
-                        connection.execute(statement)
+                if table in _missing_tables(connection, path):
+                    connection.execute(_TABLES[table])
     except BaseException as exc:
         connection.close()
         if isinstance(exc, sqlite3.Error):
@@ -236,15 +252,13 @@ def _check_file(path: str) -> None:
         )
 
 
-def _check_schema(
-    connection: sqlite3.Connection, path: str, schema: tuple[tuple[str, str], ...]
-) -> list[str]:
-    """The tables of `schema` that are missing; LeaseError if one exists with another shape."""
+def _missing_tables(connection: sqlite3.Connection, path: str) -> list[str]:
+    """The model's tables that are missing; LeaseError if one exists with another shape."""
     existing = dict(
         connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
     )
     missing = []
-    for table, statement in schema:
+    for table, statement in _TABLES.items():
         if table not in existing:
             missing.append(table)
         elif existing[table] != statement:
@@ -313,12 +327,12 @@ _D = TypeVar("_D", bound="_Database")
 class _Database:
     """A connection of this process's own, closed by `close()` or at the end of a `with`."""
 
-    _SCHEMA: tuple[tuple[str, str], ...] = ()  # (table, its CREATE TABLE statement)
+    _TABLE = ""  # its table in _TABLES
     _KIND = "database"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = _check_path(path)
-        self._connection: sqlite3.Connection | None = _connect(self.path, self._SCHEMA)
+        self._connection: sqlite3.Connection | None = _connect(self.path, self._TABLE)
 
     def close(self) -> None:
         """Close the connection; closing again does nothing."""
@@ -382,16 +396,7 @@ class LeaseAuthority(_Database):
 
     _KIND = "lease authority"
 
-    _SCHEMA = (
-        (
-            "leases",
-            (
-                "CREATE TABLE leases ("
-                " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
-                " expires_at INTEGER NOT NULL) WITHOUT ROWID"
-            ),
-        ),
-    )
+    _TABLE = "leases"
 
     def acquire(self, resource: str, holder: str, *, now: int, ttl: int) -> Lease:
         """Grant `resource` to `holder` with the next epoch, or raise LeaseHeld if it is live."""
@@ -500,18 +505,7 @@ class Receiver(_Database):
     authority or a clock anything.
     """
 
-    _SCHEMA = (
-        (
-            "receiver_decisions",
-            (
-                "CREATE TABLE receiver_decisions ("
-                " fenced INTEGER NOT NULL, resource TEXT NOT NULL, seq INTEGER NOT NULL,"
-                " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
-                " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL,"
-                " PRIMARY KEY (fenced, resource, seq)) WITHOUT ROWID"
-            ),
-        ),
-    )
+    _TABLE = "receiver_decisions"
 
     _KIND = "receiver"
 

@@ -10,15 +10,19 @@ import json
 import multiprocessing
 import os
 import queue
+import re
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
 import traceback
 import unittest
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
+from unittest import mock
 
+import leases
 from leases import (
     Lease,
     LeaseAuthority,
@@ -29,6 +33,7 @@ from leases import (
     Receiver,
     WriteResult,
 )
+from run_experiment import Action, ExperimentError, Scenario, Step, judge, run_scenarios
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = 30.0  # bounds a hung test; no test waits for it to pass
@@ -202,6 +207,11 @@ def _by_the_rule(stored: tuple[int, str] | None, epoch: int, value: str) -> str:
     return "stale"
 
 
+def _bytes(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
+
+
 def _dump(path: str) -> list[str]:
     with contextlib.closing(sqlite3.connect(path)) as connection:
         return list(connection.iterdump())
@@ -223,27 +233,73 @@ def _run_cli(*args: str, tmpdir: str | None = None) -> subprocess.CompletedProce
     )
 
 
+class _Reproduction(NamedTuple):
+    run: subprocess.CompletedProcess[str]
+    written: bytes  # b"" if nothing was written
+    output_mode: int  # of the file the output link points to; it was 0o640 before the run
+    link_kept: bool  # the output link is still a link to that file
+
+
 @functools.cache
-def _reproduction() -> tuple[subprocess.CompletedProcess[str], bytes]:
-    """One run of the README's --check command, and the evidence it wrote (b"" if none).
+def _reproduction() -> _Reproduction:
+    """One run of the README's --check command, and the evidence it wrote.
 
     The scenario tests and the command-line test all read this one run, so the scenarios
-    are played once per suite, by run_experiment.py itself.
+    are played once per suite, by run_experiment.py itself.  Its --output is a symlink to an
+    existing file, as a user's may be.
     """
     with tempfile.TemporaryDirectory(prefix="leases-check-") as folder:
-        output = os.path.join(folder, "reproduced.json")
-        run = _run_cli("--check", "results.json", "--output", output)
-        if not os.path.exists(output):
-            return run, b""
-        with open(output, "rb") as file:
-            return run, file.read()
+        output, link = os.path.join(folder, "reproduced.json"), os.path.join(folder, "link")
+        with open(output, "w", encoding="utf-8") as file:
+            file.write("an older reproduction")
+        os.chmod(output, 0o640)
+        os.symlink("reproduced.json", link)
+        run = _run_cli("--check", "results.json", "--output", link)
+        written = _bytes(output)
+        return _Reproduction(
+            run,
+            b"" if written == b"an older reproduction" else written,
+            stat.S_IMODE(os.stat(output).st_mode),
+            os.path.islink(link) and os.readlink(link) == "reproduced.json",
+        )
 
 
 def _evidence() -> dict[str, dict[str, Any]]:
-    run, written = _reproduction()
+    run, written, _, _ = _reproduction()
     if not written:
         raise AssertionError(f"run_experiment.py wrote no evidence:\n{run.stderr}")
     return {record["name"]: record for record in json.loads(written)["scenarios"]}
+
+
+def _acquired(actor: str, tick: int, epoch: int, expires_at: int) -> dict[str, Any]:
+    return {"actor": actor, "action": "acquire", "tick": tick, "epoch": epoch,
+            "expires_at": expires_at, "value": None, "outcome": "granted",
+            "stored_epoch": None, "stored_value": None}
+
+
+def _wrote(
+    actor: str, tick: int, epoch: int, value: str, outcome: str, stored: tuple[int, str]
+) -> dict[str, Any]:
+    return {"actor": actor, "action": "write", "tick": tick, "epoch": epoch,
+            "expires_at": None, "value": value, "outcome": outcome,
+            "stored_epoch": stored[0], "stored_value": stored[1]}
+
+
+def _judged(events: list[dict[str, Any]], because: dict[str, list[int]]) -> dict[str, Any]:
+    """The whole verdict on `events`, written out from the events `because` names."""
+    fields = [
+        "write_with_superseded_epoch_applied", "write_after_lease_expiry_applied",
+        "newer_write_overwritten_by_older_epoch", "stale_writes_refused",
+        "conflicting_writes_refused", "final_value_written_by",
+    ]
+    named = {field: because.get(field, []) for field in fields}
+    final = named["final_value_written_by"]
+    return {
+        **{field: bool(named[field]) for field in fields[:3]},
+        **{field: len(named[field]) for field in fields[3:5]},
+        "final_value_written_by": events[final[0]]["actor"] if final else None,
+        "because": named,
+    }
 
 
 def _story(record: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -322,6 +378,40 @@ class ScenarioTests(unittest.TestCase):
             write_with_superseded_epoch_applied=True,
             final_value_written_by="B",
         )
+        # Above, expiry and takeover come together.  The verdict judges each on its own: every
+        # field, true and false, on small event lists, with the events that made it so.
+        a1, b2 = _acquired("A", 0, 1, 10), _acquired("B", 5, 2, 15)
+        cases = {
+            "expiry without takeover": (
+                [a1, _wrote("A", 10, 1, "x", "applied", (1, "x"))],
+                {"write_after_lease_expiry_applied": [1], "final_value_written_by": [1]},
+            ),
+            "takeover without expiry of the writer (A released early)": (
+                [a1, b2, _wrote("A", 6, 1, "x", "applied", (1, "x"))],
+                {"write_with_superseded_epoch_applied": [2], "final_value_written_by": [2]},
+            ),
+            "the same value from two actors: the applied one is final": (
+                [a1, b2, _wrote("B", 6, 2, "x", "applied", (2, "x")),
+                 _wrote("A", 7, 1, "x", "stale", (2, "x"))],
+                {"stale_writes_refused": [3], "final_value_written_by": [2]},
+            ),
+            "a newer write overwritten by an older epoch": (
+                [a1, b2, _wrote("B", 6, 2, "y", "applied", (2, "y")),
+                 _wrote("A", 7, 1, "x", "applied", (1, "x"))],
+                {"write_with_superseded_epoch_applied": [3],
+                 "newer_write_overwritten_by_older_epoch": [3], "final_value_written_by": [3]},
+            ),
+            "a conflict and a replay": (
+                [a1, _wrote("A", 1, 1, "x", "applied", (1, "x")),
+                 _wrote("A", 2, 1, "y", "conflict", (1, "x")),
+                 _wrote("A", 3, 1, "x", "replay", (1, "x"))],
+                {"conflicting_writes_refused": [2], "final_value_written_by": [1]},
+            ),
+            "nothing applied": ([a1], {}),
+        }
+        for case, (events, because) in cases.items():
+            with self.subTest(case=case):
+                self.assertEqual(judge(events), _judged(events, because))
 
 
 class AuthorityTests(unittest.TestCase):
@@ -360,19 +450,27 @@ class AuthorityTests(unittest.TestCase):
             self.authority.acquire(RESOURCE, "B", now=10, ttl=10), Lease(RESOURCE, "B", 2, 20)
         )
 
-    def test_renew_extends_only_the_current_holders_unexpired_lease(self) -> None:
+    def test_renew_sets_expiry_to_now_plus_ttl_only_for_the_current_holders_live_lease(
+        self,
+    ) -> None:
         lease = self.authority.acquire(RESOURCE, "A", now=0, ttl=10)
         renewed = self.authority.renew(lease, now=9, ttl=10)
         self.assertEqual(renewed, Lease(RESOURCE, "A", 1, 19))
         self.assertEqual(self.authority.current(RESOURCE, now=18), renewed)
+        shortened = self.authority.renew(renewed, now=10, ttl=1)  # now + ttl, even if sooner
+        self.assertEqual(shortened, Lease(RESOURCE, "A", 1, 11))
+        self.assertIsNone(self.authority.current(RESOURCE, now=11))
         with self.assertRaises(LeaseLost):  # same epoch, another holder: not the holder's lease
-            self.authority.renew(Lease(RESOURCE, "B", 1, 19), now=10, ttl=10)
-        with self.assertRaises(LeaseLost):  # expired at its expiry tick
-            self.authority.renew(renewed, now=19, ttl=10)
-        taken = self.authority.acquire(RESOURCE, "B", now=19, ttl=10)
-        with self.assertRaises(LeaseLost) as caught:  # taken over
-            self.authority.renew(renewed, now=19, ttl=10)
-        self.assertEqual(caught.exception.current, taken)
+            self.authority.renew(Lease(RESOURCE, "B", 1, 11), now=10, ttl=10)
+        with self.assertRaises(LeaseLost) as caught:  # expired at its expiry tick
+            self.authority.renew(shortened, now=11, ttl=10)
+        self.assertIsNone(caught.exception.current)  # as current() says at that tick
+        taken = self.authority.acquire(RESOURCE, "B", now=11, ttl=10)
+        for now, current in ((12, taken), (21, None)):  # taken over; then that lease expired
+            with self.assertRaises(LeaseLost) as caught:
+                self.authority.renew(shortened, now=now, ttl=10)
+            self.assertEqual(caught.exception.current, current)
+            self.assertEqual(self.authority.current(RESOURCE, now=now), current)
 
     def test_release_frees_the_resource_but_never_reuses_its_epoch(self) -> None:
         first = self.authority.acquire(RESOURCE, "A", now=0, ttl=10)
@@ -380,13 +478,19 @@ class AuthorityTests(unittest.TestCase):
         self.assertIsNone(self.authority.current(RESOURCE, now=1))
         second = self.authority.acquire(RESOURCE, "B", now=1, ttl=10)
         self.assertEqual(second.epoch, 2)
-        with self.assertRaises(LeaseLost):  # taken over since
+        with self.assertRaises(LeaseLost) as caught:  # taken over since
             self.authority.release(first)
+        self.assertEqual(caught.exception.current, second)  # release knows no tick: as stored
         self.authority.release(second)
         with self.assertRaises(LeaseLost):  # released twice
             self.authority.release(second)
         with self.assertRaises(LeaseLost):  # a released lease cannot be renewed either
             self.authority.renew(second, now=2, ttl=10)
+        # Release takes no tick: an expired lease that nobody took over is still released,
+        # harmlessly, since its epoch stays.
+        third = self.authority.acquire(RESOURCE, "C", now=2, ttl=1)
+        self.authority.release(third)
+        self.assertEqual(self.authority.acquire(RESOURCE, "D", now=2, ttl=1).epoch, 4)
 
     def test_concurrent_acquisitions_from_processes_never_share_an_epoch_or_skip_one(self) -> None:
         # A database file no one has opened yet: the six processes also race to create it.
@@ -540,26 +644,90 @@ class DurabilityAndInputTests(unittest.TestCase):
         self.assertEqual(_dump(path), before)
         self.assertEqual(authority.current(RESOURCE, now=0), lease)
 
-        # A folder that does not exist, or a file that is not a database: a clear error, and
-        # the file is left exactly as it was.
+        # The largest value of each integer is accepted, and one more is refused.
+        top = big - 1
+        for accepted in (
+            lambda: authority.acquire("edge-now", "A", now=top - 1, ttl=1),  # now + ttl == top
+            lambda: authority.acquire("edge-ttl", "A", now=0, ttl=top),
+            lambda: authority.current(RESOURCE, now=top),
+            lambda: receiver.write("edge-epoch", top, "top"),
+        ):
+            accepted()
+        for refused in (
+            lambda: authority.acquire("edge-now", "B", now=top - 1, ttl=2),
+            lambda: authority.acquire("edge-ttl", "B", now=1, ttl=top),
+            lambda: authority.current(RESOURCE, now=big),
+            lambda: receiver.write("edge-epoch", big, "top"),
+        ):
+            with self.assertRaises(ValueError):
+                refused()
+
+        # Paths and files that cannot be this model's database: a clear error naming the path
+        # or the file, and whatever was there left byte for byte as it was.
         folder = os.path.dirname(path)
-        with self.assertRaisesRegex(LeaseError, "does not exist"):
-            LeaseAuthority(os.path.join(folder, "missing", "leases.sqlite3"))
-        not_a_database = os.path.join(folder, "notes.txt")
-        with open(not_a_database, "wb") as file:
-            file.write(b"these are notes, not a database\n" * 100)
-        for open_it in (LeaseAuthority, Receiver):
-            with self.assertRaisesRegex(LeaseError, "notes.txt"):
-                open_it(not_a_database)
-        with open(not_a_database, "rb") as file:
-            self.assertEqual(file.read(), b"these are notes, not a database\n" * 100)
-        self.assertEqual([n for n in os.listdir(folder) if n.startswith("notes")], ["notes.txt"])
+        for error, bad in [
+            (ValueError, ":memory:"),  # the model is processes sharing a file
+            (ValueError, "file:leases.sqlite3?mode=memory"),
+            (ValueError, "leases\0.sqlite3"),
+            (ValueError, ""),
+            (TypeError, b"leases.sqlite3"),
+            (LeaseError, os.path.join(folder, "missing", "leases.sqlite3")),
+            (LeaseError, folder),
+        ]:
+            with self.subTest(path=bad), self.assertRaises(error) as caught:
+                Receiver(bad)
+            self.assertIn(repr(os.path.abspath(bad) if error is LeaseError else bad), str(caught.exception))
+        shape = os.path.join(folder, "other-shape.sqlite3")
+        with contextlib.closing(sqlite3.connect(shape)) as connection:
+            connection.execute("CREATE TABLE leases (name TEXT)")
+            connection.commit()
+        files = {shape: _bytes(shape)}
+        for size in (0, 1, 2, 511, 512, 4000):  # SQLite takes a file under 512 bytes for empty
+            files[os.path.join(folder, f"notes-{size}.txt")] = b"not a database\n"[:size] * (
+                1 + size // 15
+            )
+        for name, content in files.items():
+            if name != shape:
+                with open(name, "wb") as file:
+                    file.write(content[: len(content) if name == shape else None])
+        listing = sorted(os.listdir(folder))
+        for name, content in files.items():
+            for open_it in (LeaseAuthority, Receiver):
+                with self.subTest(file=os.path.basename(name), opened_by=open_it.__name__):
+                    with self.assertRaisesRegex(LeaseError, re.escape(repr(name))):
+                        open_it(name)
+                    self.assertEqual(_bytes(name), content)
+        self.assertEqual(sorted(os.listdir(folder)), listing, "a file was added or removed")
+
+        # Whatever SQLite raises comes out as LeaseError naming the file: a closed store ...
+        closed_authority, closed_receiver = LeaseAuthority(path), Receiver(path)
+        closed_authority.close()
+        closed_receiver.close()
+        for call in (
+            lambda: closed_authority.acquire(RESOURCE, "B", now=20, ttl=1),
+            lambda: closed_authority.current(RESOURCE, now=0),
+            lambda: closed_receiver.write(RESOURCE, 2, "two"),
+            lambda: closed_receiver.decisions(RESOURCE),
+        ):
+            with self.assertRaisesRegex(LeaseError, f"{re.escape(repr(path))} is closed"):
+                call()
+        # ... and a write lock held past the busy timeout.
+        with mock.patch.object(leases, "BUSY_TIMEOUT_SECONDS", 0.01):
+            impatient = _receiver(self, path)
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as holder:
+            holder.execute("BEGIN IMMEDIATE")
+            with self.assertRaisesRegex(LeaseError, "database is locked"):
+                impatient.write(RESOURCE, 2, "two")
+            holder.execute("ROLLBACK")
+        self.assertEqual(impatient.write(RESOURCE, 2, "two").outcome, Outcome.APPLIED)
 
 
 class CommandLineTests(unittest.TestCase):
     def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
-        run, written = _reproduction()
+        run, written, output_mode, link_kept = _reproduction()
         self.assertEqual(run.returncode, 0, run.stderr)
+        # --output was a symlink: the link stays, its target is replaced whole, mode kept.
+        self.assertEqual((link_kept, output_mode), (True, 0o640))
         self.assertIn("reproduced", run.stdout)
         with open(os.path.join(HERE, "results.json"), "rb") as committed:
             self.assertEqual(written, committed.read())
@@ -602,6 +770,47 @@ class CommandLineTests(unittest.TestCase):
         self.assertNotIn("Traceback", run.stderr)
         self.assertFalse(os.path.exists(never))
         self.assertEqual(os.listdir(private_tmp), [])
+
+        # Files that are not what they seem: each refused at once with exit 2 and one line,
+        # nothing replaced.  A FIFO would block a reader for ever, and the --check file must
+        # never be overwritten, under whatever name it is reached.
+        fifo = os.path.join(folder.name, "fifo")
+        os.mkfifo(fifo)
+        link = os.path.join(folder.name, "link.json")
+        os.symlink(tampered, link)
+        repeated = os.path.join(folder.name, "repeated.json")
+        with open(repeated, "w", encoding="utf-8") as file:
+            file.write('{"scenarios": [], "scenarios": []}')
+        for args, reason in [
+            (("--check", fifo), "is not a regular file"),
+            (("--output", fifo), "is not a regular file"),
+            (("--check", repeated), "has the key 'scenarios' twice"),
+            (("--check", tampered, "--output", link), "is the --check file"),
+            (("--timeout", "1e300"), "at most 1e+06"),
+        ]:
+            with self.subTest(args=args):
+                run = _run_cli(*args)
+                self.assertEqual((run.returncode, run.stdout), (2, ""), run.stderr)
+                self.assertEqual(len(run.stderr.splitlines()), 1, run.stderr)
+                self.assertIn(reason, run.stderr)
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+        self.assertEqual(json.loads(_bytes(tampered)), document)
+
+        # A scenario is checked when it is built; a step that fails inside a worker is exit 3
+        # material: an ExperimentError naming the scenario and the step, never a bare error.
+        with self.assertRaisesRegex(ValueError, r"step 1 \(A acquire at tick 5\).*tick 10"):
+            Scenario("back", True, "", (Step("A", Action.ACQUIRE, 10, ttl=1),
+                                         Step("A", Action.ACQUIRE, 5, ttl=1)))
+        with self.assertRaisesRegex(ValueError, r"step 0 \(A write at tick 0\).*no lease"):
+            Scenario("unleased", True, "", (Step("A", Action.WRITE, 0, value="x"),))
+        overflow = Scenario("overflow", True, "", (Step("A", Action.ACQUIRE, 2**63 - 1, ttl=1),))
+        with self.assertRaises(ExperimentError) as caught:
+            run_scenarios([overflow], timeout=TIMEOUT)
+        self.assertEqual(
+            (caught.exception.scenario, caught.exception.step),
+            ("overflow", f"step 0 (A acquire at tick {2**63 - 1})"),
+        )
+        self.assertIn("now + ttl must not exceed", caught.exception.problem)
 
 
 if __name__ == "__main__":
