@@ -372,14 +372,13 @@ class _Play:
             return
         actor = self.scenario.steps[self.index].actor
         process, channel = self.workers[actor]
-        if channel not in ready:  # only the sentinel: the worker ended without a word
-            process.join(_STOP_SECONDS)
-            self.fail(f"worker {process.name!r} ended with exit code {process.exitcode}, unreported")
         try:
+            if channel not in ready:  # only the sentinel: the worker ended without a word
+                raise EOFError
             reported, event, error = channel.recv()
         except EOFError:
             process.join(_STOP_SECONDS)
-            self.fail(f"worker {process.name!r} ended with exit code {process.exitcode}, unreported")
+            self.fail(f"worker {process.name!r} ended unreported, exit code {process.exitcode}")
         if error is not None:
             self.fail(error)
         if reported != self.index or event is None:
@@ -513,7 +512,9 @@ def _check_timeout(timeout: object) -> float:
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
         raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
     if not 0 < timeout <= MAX_TIMEOUT:
-        raise ValueError(f"timeout must be more than 0 and at most {MAX_TIMEOUT:g} s, got {timeout!r}")
+        raise ValueError(
+            f"timeout must be more than 0 and at most {MAX_TIMEOUT:g} s, got {timeout!r}"
+        )
     return float(timeout)
 
 

@@ -19,7 +19,13 @@ import tempfile
 import traceback
 import unittest
 from collections import Counter
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+if TYPE_CHECKING:  # only for annotations: the spawn context makes the real objects
+    from multiprocessing.queues import Queue
+    from multiprocessing.synchronize import Event
 from unittest import mock
 
 import leases
@@ -35,16 +41,30 @@ from leases import (
 )
 from run_experiment import Action, ExperimentError, Scenario, Step, judge, run_scenarios
 
+T = TypeVar("T")
 HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = 30.0  # bounds a hung test; no test waits for it to pass
 SPAWN = multiprocessing.get_context("spawn")
 RESOURCE = "invoice-42"
 
+# What a child puts on its results queue: (its number, whether it succeeded, its result or the
+# traceback of its failure).  Children are numbered so that results can be told apart.
+ChildResult = tuple[int, bool, Any]
+# A pausing operation's outcome: ("granted" or "held", epoch) for an acquisition.
+Acquisition = tuple[str, int]
+
 
 # --- child process targets: top level, told everything by their arguments ---
 
 
-def _job(number, function, args, ready, start, results):
+def _job(
+    number: int,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    ready: "Queue[int]",
+    start: "Event",
+    results: "Queue[ChildResult]",
+) -> None:
     """Report ready, wait for the common start, run `function(*args)` and report its result."""
     try:
         ready.put(number)
@@ -82,7 +102,9 @@ def _take_over_and_write(db_path: str, now: int) -> Lease:
         return lease
 
 
-def _pause_before(store, statement: str, reached, resume) -> None:
+def _pause_before(
+    store: LeaseAuthority | Receiver, statement: str, reached: "Event", resume: "Event"
+) -> None:
     """Stop `store`'s next statement that starts with `statement`: set `reached`, await `resume`.
 
     This reaches inside a real operation, between its SQL statements, so that a test can
@@ -94,10 +116,13 @@ def _pause_before(store, statement: str, reached, resume) -> None:
             reached.set()
             resume.wait(TIMEOUT)
 
+    assert store._connection is not None  # an open store
     store._connection.set_trace_callback(trap)
 
 
-def _acquire_pausing(db_path: str, holder: str, now: int, statement: str, reached, resume):
+def _acquire_pausing(
+    db_path: str, holder: str, now: int, statement: str, reached: "Event", resume: "Event"
+) -> Acquisition:
     with LeaseAuthority(db_path) as authority:
         _pause_before(authority, statement, reached, resume)
         try:
@@ -106,7 +131,9 @@ def _acquire_pausing(db_path: str, holder: str, now: int, statement: str, reache
             return ("held", held.epoch)
 
 
-def _write_pausing(db_path: str, epoch: int, value: str, statement: str, reached, resume):
+def _write_pausing(
+    db_path: str, epoch: int, value: str, statement: str, reached: "Event", resume: "Event"
+) -> WriteResult:
     with Receiver(db_path) as receiver:
         _pause_before(receiver, statement, reached, resume)
         return receiver.write(RESOURCE, epoch, value)
@@ -133,7 +160,7 @@ def _receiver(test: unittest.TestCase, path: str, *, fenced: bool = True) -> Rec
     return receiver
 
 
-def _start(test: unittest.TestCase, target, *args) -> multiprocessing.process.BaseProcess:
+def _start(test: unittest.TestCase, target: Callable[..., Any], *args: Any) -> BaseProcess:
     process = SPAWN.Process(target=target, args=args)
     process.start()
 
@@ -146,16 +173,20 @@ def _start(test: unittest.TestCase, target, *args) -> multiprocessing.process.Ba
     return process
 
 
-def _get(test: unittest.TestCase, channel, what: str):
+def _get(test: unittest.TestCase, channel: "Queue[T]", what: str) -> T:
     try:
         return channel.get(timeout=TIMEOUT)
     except queue.Empty:
-        test.fail(f"no {what} within {TIMEOUT} s")
+        raise test.failureException(f"no {what} within {TIMEOUT} s") from None
 
 
-def _run_together(test: unittest.TestCase, function, arguments: list[tuple]) -> list[Any]:
+def _run_together(
+    test: unittest.TestCase, function: Callable[..., Any], arguments: list[tuple[Any, ...]]
+) -> list[Any]:
     """Run function(*args) in one spawned process per args, all released at once; their results."""
-    ready, start, results = SPAWN.Queue(), SPAWN.Event(), SPAWN.Queue()
+    ready: Queue[int] = SPAWN.Queue()
+    results: Queue[ChildResult] = SPAWN.Queue()
+    start = SPAWN.Event()
     processes = [
         _start(test, _job, number, function, args, ready, start, results)
         for number, args in enumerate(arguments)
@@ -166,14 +197,20 @@ def _run_together(test: unittest.TestCase, function, arguments: list[tuple]) -> 
     return _collect(test, results, processes)
 
 
-def _try_to_overtake(test: unittest.TestCase, function, first: tuple, second: tuple) -> list[Any]:
+def _try_to_overtake(
+    test: unittest.TestCase,
+    function: Callable[..., Any],
+    first: tuple[Any, ...],
+    second: tuple[Any, ...],
+) -> list[Any]:
     """Pause `first` inside its transaction just before it writes, and run `second` meanwhile.
 
     `first` is let go only once `second` is about to BEGIN, so if the operation read its state
     outside the transaction, `second` would have read the same state as `first`.  Returns the
     results of both calls.
     """
-    ready, results = SPAWN.Queue(), SPAWN.Queue()
+    ready: Queue[int] = SPAWN.Queue()
+    results: Queue[ChildResult] = SPAWN.Queue()
     go, resume_first = SPAWN.Event(), SPAWN.Event()
     go.set()
     first_inside, second_begins = SPAWN.Event(), SPAWN.Event()
@@ -187,7 +224,9 @@ def _try_to_overtake(test: unittest.TestCase, function, first: tuple, second: tu
     return _collect(test, results, processes)
 
 
-def _collect(test: unittest.TestCase, results, processes: list) -> list[Any]:
+def _collect(
+    test: unittest.TestCase, results: "Queue[ChildResult]", processes: list[BaseProcess]
+) -> list[Any]:
     """Each child's result, in the order the children were numbered; fails if any child failed."""
     outcomes = sorted(_get(test, results, "result from a child") for _ in processes)
     for number, ok, detail in outcomes:
@@ -610,11 +649,11 @@ class DurabilityAndInputTests(unittest.TestCase):
         before = _dump(path)
         big = 2**63
 
-        def acquire(parameter: str):  # an acquisition with one good argument swapped for `bad`
+        def acquire(parameter: str) -> Callable[[Any], Lease]:  # one good argument made `bad`
             good = {"resource": RESOURCE, "holder": "B", "now": 20, "ttl": 1}
             return lambda bad: authority.acquire(**{**good, parameter: bad})
 
-        cases = [
+        cases: list[tuple[type[Exception], str, Any, Callable[[Any], object]]] = [
             (TypeError, "resource", 7, acquire("resource")),
             (ValueError, "resource", "", acquire("resource")),
             (ValueError, "resource", "\ud800", acquire("resource")),  # not encodable as UTF-8
@@ -665,7 +704,7 @@ class DurabilityAndInputTests(unittest.TestCase):
         # Paths and files that cannot be this model's database: a clear error naming the path
         # or the file, and whatever was there left byte for byte as it was.
         folder = os.path.dirname(path)
-        for error, bad in [
+        paths: list[tuple[type[Exception], Any]] = [
             (ValueError, ":memory:"),  # the model is processes sharing a file
             (ValueError, "file:leases.sqlite3?mode=memory"),
             (ValueError, "leases\0.sqlite3"),
@@ -673,10 +712,12 @@ class DurabilityAndInputTests(unittest.TestCase):
             (TypeError, b"leases.sqlite3"),
             (LeaseError, os.path.join(folder, "missing", "leases.sqlite3")),
             (LeaseError, folder),
-        ]:
+        ]
+        for error, bad in paths:
             with self.subTest(path=bad), self.assertRaises(error) as caught:
                 Receiver(bad)
-            self.assertIn(repr(os.path.abspath(bad) if error is LeaseError else bad), str(caught.exception))
+            named = os.path.abspath(bad) if error is LeaseError else bad
+            self.assertIn(repr(named), str(caught.exception))
         shape = os.path.join(folder, "other-shape.sqlite3")
         with contextlib.closing(sqlite3.connect(shape)) as connection:
             connection.execute("CREATE TABLE leases (name TEXT)")
@@ -703,14 +744,15 @@ class DurabilityAndInputTests(unittest.TestCase):
         closed_authority, closed_receiver = LeaseAuthority(path), Receiver(path)
         closed_authority.close()
         closed_receiver.close()
-        for call in (
+        closed_calls: list[Callable[[], object]] = [
             lambda: closed_authority.acquire(RESOURCE, "B", now=20, ttl=1),
             lambda: closed_authority.current(RESOURCE, now=0),
             lambda: closed_receiver.write(RESOURCE, 2, "two"),
             lambda: closed_receiver.decisions(RESOURCE),
-        ):
+        ]
+        for closed_call in closed_calls:
             with self.assertRaisesRegex(LeaseError, f"{re.escape(repr(path))} is closed"):
-                call()
+                closed_call()
         # ... and a write lock held past the busy timeout.
         with mock.patch.object(leases, "BUSY_TIMEOUT_SECONDS", 0.01):
             impatient = _receiver(self, path)
