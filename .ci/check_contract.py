@@ -13,17 +13,26 @@ The checks, cheapest first:
    "N tests", N is the number of tests in the file.
 3. exit codes: the codes under "exit codes:" in `run_experiment.py --help` and the codes in
    README.md's | exit code | meaning | table are the same set.
+4. breakages: each row of README.md's | file | replace this | with this | caught by | table is
+   applied alone to a scratch copy of the code, where the whole suite then runs: the text must
+   occur exactly once, the suite must fail, and every test the row names must have failed.
 
-One line is printed per check that passes and one per drift, and any drift exits 1.
+One line is printed per check that passes and one per drift, and any drift exits 1.  The
+breakage check takes seconds rather than milliseconds, so it runs only once the others pass.
+Nothing is left behind: the scratch copies live in one temporary folder, removed at the end.
 """
 
 import ast
+import concurrent.futures
 import dataclasses
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -32,12 +41,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = "README.md"
 TESTS = "test_leases.py"
 EVIDENCE = "results.json"
+# The scenario and command-line tests spawn run_experiment.py from the test file's folder and
+# compare its run with results.json there, so a scratch copy needs all four files.
+SCRATCH_FILES = ("leases.py", "run_experiment.py", TESTS, EVIDENCE)
+# A suite takes 3-6 s, broken or not; this only bounds a break that makes the tests hang.
+SUITE_TIMEOUT = 60.0
+# Each suite already runs several processes at once; two suites keep two cores busy.
+PARALLEL_SUITES = 2
 
 CITATION = re.compile(r"\b([A-Z]\w*)\.(test\w*)\b")
 TEST_COUNT = re.compile(r"\b(\d+) tests\b")
 SCENARIO_HEADING = re.compile(r"^###\s+`([^`]+)`")
 HEADING = re.compile(r"^#{1,6}\s")
 TABLE_DELIMITER = re.compile(r"^\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+# unittest's report of a failed test: "FAIL: test_x (test_leases.Class.test_x)" from 3.11,
+# "FAIL: test_x (test_leases.Class)" before; an ERROR looks the same.
+FAILED_TEST = re.compile(r"^(?:FAIL|ERROR): (\w+) \(([\w.]+)\)", re.MULTILINE)
 
 
 class Drift(Exception):
@@ -91,6 +110,17 @@ def _table(lines: Sequence[str], *columns: str) -> Table:
         raise Drift(f"{README} has {len(found)} tables with the columns | {wanted} |, at lines "
                     f"{lines_at}; keep one")
     return found[0]
+
+
+def _code(cell: str, line: int, column: str) -> str:
+    """The text of a cell that is one `code span`; in it, \\n stands for a line break."""
+    match = re.fullmatch(r"(`+)(.+?)\1", cell, re.DOTALL)
+    if match is None or match.group(1) in match.group(2):
+        raise Drift(f"{README} line {line}: the {column!r} cell {cell!r} is not one `code span`")
+    text = match.group(2)
+    if text.startswith(" ") and text.endswith(" ") and text.strip():  # as markdown reads it
+        text = text[1:-1]
+    return text.replace("\\n", "\n")
 
 
 def _read(name: str) -> str:
@@ -342,6 +372,127 @@ def check_exit_codes(readme: Sequence[str]) -> str:
     return f"exit codes: --help and {README} both list {listed(helped)}"
 
 
+# --- check 4: every listed breakage is caught by the tests README names ---
+
+
+@dataclasses.dataclass(frozen=True)
+class Breakage:
+    """One row of the table: put `new` in place of `old` in `file`; `caught_by` must fail."""
+
+    line: int
+    label: str
+    file: str
+    old: str
+    new: str
+    caught_by: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"breakage {self.label!r} ({README} line {self.line})"
+
+
+def _breakages(readme: Sequence[str]) -> list[Breakage]:
+    table = _table(readme, "file", "replace this", "with this", "caught by")
+    if not table.rows:
+        raise Drift(f"{README} line {table.line}: the breakage table has no rows")
+    breakages = []
+    for line, row in table.rows:
+        file = _code(row.get("file", ""), line, "file")
+        if file not in SCRATCH_FILES:
+            raise Drift(f"{README} line {line}: breakage in {file!r}, which is not one of the "
+                        f"files a scratch copy holds ({', '.join(SCRATCH_FILES)})")
+        caught_by = tuple(match.group() for match in CITATION.finditer(row.get("caught by", "")))
+        if not caught_by:
+            raise Drift(f"{README} line {line}: the breakage names no test that catches it")
+        label = row.get("breakage", "").replace("`", "") or f"{file} at line {line}"
+        old = _code(row.get("replace this", ""), line, "replace this")
+        new = _code(row.get("with this", ""), line, "with this")
+        breakages.append(Breakage(line, label, file, old, new, caught_by))
+    return breakages
+
+
+def _failed_tests(breakage: Breakage, folder: str) -> list[str]:
+    """The tests that fail once `breakage` is applied to a fresh copy of the code in `folder`.
+
+    A Drift if its text is not there exactly once, or if the suite passes or hangs.
+    """
+    os.mkdir(folder)
+    for name in SCRATCH_FILES:
+        shutil.copyfile(os.path.join(ROOT, name), os.path.join(folder, name))
+    target = os.path.join(folder, breakage.file)
+    with open(target, encoding="utf-8") as file:
+        source = file.read()
+    if source.count(breakage.old) != 1:
+        raise Drift(f"{breakage}: its 'replace this' text occurs {source.count(breakage.old)} "
+                    f"times in {breakage.file}, not exactly once")
+    with open(target, "w", encoding="utf-8") as file:
+        file.write(source.replace(breakage.old, breakage.new))
+    # The tests' own temporary files go to the copy, so that leftovers vanish with it.
+    scratch_tmp = os.path.join(folder, "tmp")
+    os.mkdir(scratch_tmp)
+    returncode, output = _run_suite(folder, {**os.environ, "TMPDIR": scratch_tmp})
+    if returncode is None:
+        raise Drift(f"{breakage}: the tests did not finish within {SUITE_TIMEOUT:g} s")
+    failed = []
+    for method, where in FAILED_TEST.findall(output):
+        test = f"{where.removesuffix('.' + method).rsplit('.', 1)[-1]}.{method}"
+        if test not in failed:  # a test with failed subtests is reported once per subtest
+            failed.append(test)
+    if returncode == 0 or not failed:
+        raise Drift(f"{breakage}: the tests {'pass' if returncode == 0 else 'fail to run'} with "
+                    f"it in place")
+    return failed
+
+
+def _run_suite(folder: str, env: dict[str, str]) -> tuple[int | None, str]:
+    """Run the whole suite in `folder`: its exit code (None if it hung) and its report."""
+    # A session of its own, so that a hung suite is stopped with every process it spawned.
+    suite = subprocess.Popen(
+        [sys.executable, "-m", "unittest", "-v", "test_leases"],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, report = suite.communicate(timeout=SUITE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        if sys.platform == "win32":
+            suite.kill()
+        else:
+            os.killpg(suite.pid, signal.SIGKILL)
+        suite.communicate()
+        return None, ""
+    return suite.returncode, report
+
+
+def check_breakages(readme: Sequence[str]) -> Iterator[tuple[bool, str]]:
+    """(passed, line) per breakage, in the README's order; the suites run two at a time."""
+    breakages = _breakages(readme)
+    with tempfile.TemporaryDirectory(prefix="check-contract-") as folder, \
+            concurrent.futures.ThreadPoolExecutor(PARALLEL_SUITES) as pool:
+        runs = [
+            pool.submit(_failed_tests, breakage, os.path.join(folder, f"break-{number}"))
+            for number, breakage in enumerate(breakages, start=1)
+        ]
+        for breakage, run in zip(breakages, runs):
+            try:
+                failed = run.result()
+            except Drift as drift:
+                yield False, str(drift)
+                continue
+            missed = [test for test in breakage.caught_by if test not in failed]
+            if missed:
+                yield False, (f"{breakage}: {README} lists {', '.join(missed)} as catching "
+                              f"it, but {'it' if len(missed) == 1 else 'they'} did not fail; "
+                              f"the tests that failed: {', '.join(failed)}")
+            else:
+                extra = len(failed) - len(set(breakage.caught_by))
+                also = f", and {extra} more" if extra else ""
+                yield True, (f"{breakage} caught by {', '.join(failed)} (as listed{also})")
+
+
 # --- running the checks ---
 
 
@@ -366,6 +517,14 @@ def main() -> int:
             report(True, check(readme))
         except Drift as drift:
             report(False, str(drift))
+    if drifts:
+        report(False, "breakages not replayed: fix the drift above first")
+        return 1
+    try:
+        for passed, line in check_breakages(readme):
+            report(passed, line)
+    except Drift as drift:
+        report(False, str(drift))
     elapsed = time.monotonic() - started
     if drifts:
         print(f"contract: {drifts} drift(s) in {elapsed:.1f} s", file=sys.stderr, flush=True)
