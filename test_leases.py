@@ -6,6 +6,7 @@ spawned and ordered by Event and Queue handshakes; no test sleeps, and every wai
 
 import contextlib
 import functools
+import io
 import json
 import multiprocessing
 import os
@@ -26,9 +27,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 if TYPE_CHECKING:  # only for annotations: the spawn context makes the real objects
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Event
-from unittest import mock
 
 import leases
+import run_experiment
 from leases import (
     Lease,
     LeaseAuthority,
@@ -215,10 +216,13 @@ def _try_to_overtake(
     go.set()
     first_inside, second_begins = SPAWN.Event(), SPAWN.Event()
     first_args = (*first, "INSERT", first_inside, resume_first)
-    processes = [_start(test, _job, 0, function, first_args, ready, go, results)]
-    test.assertTrue(first_inside.wait(TIMEOUT), "the first call never reached its write")
     second_args = (*second, "BEGIN", second_begins, go)  # `go` is set: it only signals
-    processes.append(_start(test, _job, 1, function, second_args, ready, go, results))
+    # Both start up at once; the second makes its call only once the first is inside.
+    processes = [
+        _start(test, _job, 0, function, first_args, ready, go, results),
+        _start(test, _job, 1, function, second_args, ready, first_inside, results),
+    ]
+    test.assertTrue(first_inside.wait(TIMEOUT), "the first call never reached its write")
     test.assertTrue(second_begins.wait(TIMEOUT), "the second call never began")
     resume_first.set()
     return _collect(test, results, processes)
@@ -256,36 +260,73 @@ def _dump(path: str) -> list[str]:
         return list(connection.iterdump())
 
 
-def _run_cli(*args: str, tmpdir: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ) if tmpdir is None else {**os.environ, "TMPDIR": tmpdir}
+def _run_cli(
+    *runs: tuple[tuple[str, ...], str | None],
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run run_experiment.py once per (args, TMPDIR or None), all at the same time."""
     # The run's own hang bound comes first, so that a hang is reported and its workers
-    # stopped by run_experiment.py rather than cut short by subprocess's timeout.
+    # stopped by run_experiment.py rather than cut short by the bound here.
     bound = ["--timeout", str(TIMEOUT / 2)]
-    return subprocess.run(
-        [sys.executable, os.path.join(HERE, "run_experiment.py"), *bound, *args],
-        check=False,  # the exit code is what the tests examine
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        cwd=HERE,
-        env=env,
-    )
+    started = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "run_experiment.py"), *bound, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=HERE,
+            env=dict(os.environ) if tmpdir is None else {**os.environ, "TMPDIR": tmpdir},
+        )
+        for args, tmpdir in runs
+    ]
+    try:
+        return [
+            subprocess.CompletedProcess(process.args, process.returncode, *outputs)
+            for process in started
+            for outputs in [process.communicate(timeout=TIMEOUT)]
+        ]
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
-class _Reproduction(NamedTuple):
-    run: subprocess.CompletedProcess[str]
-    written: bytes  # b"" if nothing was written
-    output_mode: int  # of the file the output link points to; it was 0o640 before the run
+def _tamper(document: Any) -> Any:
+    """Change the evidence at two places; a --check against it must report just those two."""
+    document["scenarios"][1]["events"][3]["outcome"] = "applied"
+    document["scenarios"][0]["verdict"]["stale_writes_refused"] = False  # 0 == False in Python
+    return document
+
+
+class _Runs(NamedTuple):
+    reproduced: subprocess.CompletedProcess[str]  # the README's --check command
+    written: bytes  # the evidence it wrote, b"" if none
+    output_mode: int  # of the file its output link points to; it was 0o640 before the run
     link_kept: bool  # the output link is still a link to that file
+    hung: subprocess.CompletedProcess[str]  # --timeout 0.001 --output ..., a private TMPDIR
+    hung_left: list[str]  # what the hung run left: its output file, its TMPDIR's entries
+
+
+def _main(*args: str) -> tuple[int, str, str]:
+    """run_experiment.main(args) in this process: its exit code, stdout and stderr.
+
+    Only for arguments refused before anything runs, where a new interpreter would add nothing.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = run_experiment.main(list(args))
+        except SystemExit as exit:  # argparse's own refusals
+            code = int(exit.code or 0)
+    return code, out.getvalue(), err.getvalue()
 
 
 @functools.cache
-def _reproduction() -> _Reproduction:
-    """One run of the README's --check command, and the evidence it wrote.
+def _runs() -> _Runs:
+    """The suite's runs of run_experiment.py, started together; the scenarios play once.
 
-    The scenario tests and the command-line test all read this one run, so the scenarios
-    are played once per suite, by run_experiment.py itself.  Its --output is a symlink to an
-    existing file, as a user's may be.
+    The scenario tests and the command-line test all read the one run of the README's --check
+    command.  Its --output is a symlink to an existing file, as a user's may be.
     """
     with tempfile.TemporaryDirectory(prefix="leases-check-") as folder:
         output, link = os.path.join(folder, "reproduced.json"), os.path.join(folder, "link")
@@ -293,21 +334,29 @@ def _reproduction() -> _Reproduction:
             file.write("an older reproduction")
         os.chmod(output, 0o640)
         os.symlink("reproduced.json", link)
-        run = _run_cli("--check", "results.json", "--output", link)
+        never = os.path.join(folder, "never")
+        private_tmp = os.path.join(folder, "tmp")
+        os.mkdir(private_tmp)
+        reproduced, hung = _run_cli(
+            (("--check", "results.json", "--output", link), None),
+            (("--timeout", "0.001", "--output", never), private_tmp),
+        )
         written = _bytes(output)
-        return _Reproduction(
-            run,
+        return _Runs(
+            reproduced,
             b"" if written == b"an older reproduction" else written,
             stat.S_IMODE(os.stat(output).st_mode),
             os.path.islink(link) and os.readlink(link) == "reproduced.json",
+            hung,
+            [name for name in ("never",) if os.path.lexists(never)] + os.listdir(private_tmp),
         )
 
 
 def _evidence() -> dict[str, dict[str, Any]]:
-    run, written, _, _ = _reproduction()
-    if not written:
-        raise AssertionError(f"run_experiment.py wrote no evidence:\n{run.stderr}")
-    return {record["name"]: record for record in json.loads(written)["scenarios"]}
+    runs = _runs()
+    if not runs.written:
+        raise AssertionError(f"run_experiment.py wrote no evidence:\n{runs.reproduced.stderr}")
+    return {record["name"]: record for record in json.loads(runs.written)["scenarios"]}
 
 
 def _acquired(actor: str, tick: int, epoch: int, expires_at: int) -> dict[str, Any]:
@@ -621,12 +670,18 @@ class DurabilityAndInputTests(unittest.TestCase):
         with LeaseAuthority(path) as authority, Receiver(path) as receiver:
             first = authority.acquire(RESOURCE, "parent", now=0, ttl=5)
             receiver.write(RESOURCE, first.epoch, "from the parent")
-        [taken] = _run_together(self, _take_over_and_write, [(path, 5)])
+        # Two children start up at once.  One takes over and writes; once it is done, the other
+        # makes a real acquisition, is stopped just before its COMMIT and is killed there.
+        ready: Queue[int] = SPAWN.Queue()
+        results: Queue[ChildResult] = SPAWN.Queue()
+        go, taken_over, inside, never = (SPAWN.Event() for _ in range(4))
+        go.set()
+        doomed_args = (path, "doomed", 1000, "COMMIT", inside, never)
+        child = _start(self, _job, 0, _take_over_and_write, (path, 5), ready, go, results)
+        doomed = _start(self, _job, 1, _acquire_pausing, doomed_args, ready, taken_over, results)
+        [taken] = _collect(self, results, [child])
         self.assertEqual(taken, Lease(RESOURCE, "child", 2, 15))
-
-        # A real acquisition, stopped just before its COMMIT and killed there.
-        inside, never = SPAWN.Event(), SPAWN.Event()
-        doomed = _start(self, _acquire_pausing, path, "doomed", 1000, "COMMIT", inside, never)
+        taken_over.set()
         self.assertTrue(inside.wait(TIMEOUT), "the child never reached its COMMIT")
         doomed.kill()
         doomed.join(TIMEOUT)
@@ -754,8 +809,9 @@ class DurabilityAndInputTests(unittest.TestCase):
             with self.assertRaisesRegex(LeaseError, f"{re.escape(repr(path))} is closed"):
                 closed_call()
         # ... and a write lock held past the busy timeout.
-        with mock.patch.object(leases, "BUSY_TIMEOUT_SECONDS", 0.01):
-            impatient = _receiver(self, path)
+        self.addCleanup(setattr, leases, "BUSY_TIMEOUT_SECONDS", leases.BUSY_TIMEOUT_SECONDS)
+        leases.BUSY_TIMEOUT_SECONDS = 0.01
+        impatient = _receiver(self, path)
         with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as holder:
             holder.execute("BEGIN IMMEDIATE")
             with self.assertRaisesRegex(LeaseError, "database is locked"):
@@ -766,56 +822,56 @@ class DurabilityAndInputTests(unittest.TestCase):
 
 class CommandLineTests(unittest.TestCase):
     def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
-        run, written, output_mode, link_kept = _reproduction()
+        runs = _runs()
+        run = runs.reproduced
         self.assertEqual(run.returncode, 0, run.stderr)
-        # --output was a symlink: the link stays, its target is replaced whole, mode kept.
-        self.assertEqual((link_kept, output_mode), (True, 0o640))
         self.assertIn("reproduced", run.stdout)
         with open(os.path.join(HERE, "results.json"), "rb") as committed:
-            self.assertEqual(written, committed.read())
+            self.assertEqual(runs.written, committed.read())
+        # --output was a symlink: the link stays, its target is replaced whole, mode kept.
+        self.assertEqual((runs.link_kept, runs.output_mode), (True, 0o640))
 
-        # Re-serialised compactly and changed at two places: only those two are reported.
-        folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
-        self.addCleanup(folder.cleanup)
-        document = json.loads(written)
-        document["scenarios"][1]["events"][3]["outcome"] = "applied"
-        document["scenarios"][0]["verdict"]["stale_writes_refused"] = False  # 0 == False in Python
-        tampered = os.path.join(folder.name, "tampered.json")
-        with open(tampered, "w", encoding="utf-8") as file:
-            json.dump(document, file)
-        run = _run_cli("--check", tampered)
-        self.assertEqual(run.returncode, 1, run.stderr)
-        self.assertIn(
-            '$.scenarios[1].events[3].outcome: expected "applied", got "stale"', run.stdout
-        )
-        self.assertIn(
-            "$.scenarios[0].verdict.stale_writes_refused: expected false, got 0", run.stdout
-        )
-        self.assertIn("at 2 JSON path", run.stdout)
-
-        # An expected file that is missing: exit 2 with one line, before anything runs.
-        never = os.path.join(folder.name, "never.json")
-        run = _run_cli("--check", os.path.join(folder.name, "missing.json"), "--output", never)
-        self.assertEqual(run.returncode, 2, run.stderr)
-        self.assertEqual(len(run.stderr.splitlines()), 1, run.stderr)
-        self.assertIn("missing.json", run.stderr)
-        self.assertFalse(os.path.exists(never))
 
         # A step that does not report in time stops the run: exit 3, the scenario and step named,
         # no output written and nothing left in the temporary folder.  No spawned interpreter
         # starts within a millisecond, so the first step of the first scenario is the one named.
-        private_tmp = os.path.join(folder.name, "tmp")
-        os.mkdir(private_tmp)
-        run = _run_cli("--timeout", "0.001", "--output", never, tmpdir=private_tmp)
+        run = runs.hung
         self.assertEqual(run.returncode, 3, run.stderr)
         self.assertIn("scenario 'unfenced_receiver', step 0 (A acquire at tick 0)", run.stderr)
         self.assertNotIn("Traceback", run.stderr)
+        self.assertEqual(runs.hung_left, [])
+
+        # An expected file that is missing: exit 2 with one line, before anything runs.
+        folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
+        self.addCleanup(folder.cleanup)
+        never = os.path.join(folder.name, "never.json")
+        missing = os.path.join(folder.name, "missing.json")
+        code, out, err = _main("--check", missing, "--output", never)
+        self.assertEqual((code, out), (2, ""), err)
+        self.assertEqual(len(err.splitlines()), 1, err)
+        self.assertIn("missing.json", err)
         self.assertFalse(os.path.exists(never))
-        self.assertEqual(os.listdir(private_tmp), [])
 
         # Files that are not what they seem: each refused at once with exit 2 and one line,
         # nothing replaced.  A FIFO would block a reader for ever, and the --check file must
         # never be overwritten, under whatever name it is reached.
+        # Re-serialised compactly and changed at two places: only those two are reported, and
+        # the exit code is 1.  The run compared is the one above: what is tested here is the
+        # comparison and its report, so the scenarios are not played a second time.
+        document = _tamper(json.loads(runs.written))
+        tampered = os.path.join(folder.name, "tampered.json")
+        with open(tampered, "w", encoding="utf-8") as file:
+            json.dump(document, file)
+        played = run_experiment.run_scenarios
+        setattr(run_experiment, "run_scenarios", lambda **_: json.loads(runs.written))  # noqa: B010
+        try:
+            code, out, err = _main("--check", tampered)
+        finally:
+            setattr(run_experiment, "run_scenarios", played)  # noqa: B010
+        self.assertEqual(code, 1, err)
+        self.assertIn('$.scenarios[1].events[3].outcome: expected "applied", got "stale"', out)
+        self.assertIn("$.scenarios[0].verdict.stale_writes_refused: expected false, got 0", out)
+        self.assertIn("at 2 JSON path", out)
         fifo = os.path.join(folder.name, "fifo")
         os.mkfifo(fifo)
         link = os.path.join(folder.name, "link.json")
@@ -831,10 +887,10 @@ class CommandLineTests(unittest.TestCase):
             (("--timeout", "1e300"), "at most 1e+06"),
         ]:
             with self.subTest(args=args):
-                run = _run_cli(*args)
-                self.assertEqual((run.returncode, run.stdout), (2, ""), run.stderr)
-                self.assertEqual(len(run.stderr.splitlines()), 1, run.stderr)
-                self.assertIn(reason, run.stderr)
+                code, out, err = _main(*args)
+                self.assertEqual((code, out), (2, ""), err)
+                self.assertEqual(len(err.splitlines()), 1, err)
+                self.assertIn(reason, err)
         self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
         self.assertEqual(json.loads(_bytes(tampered)), document)
 
