@@ -455,13 +455,23 @@ def run_scenarios(
     if not names or len(set(names)) != len(names):
         raise ValueError(f"scenarios must be a non-empty sequence with distinct names: {names!r}")
     context = multiprocessing.get_context("spawn")
-    with contextlib.ExitStack() as stack:
+    with _signal_mask_kept(), contextlib.ExitStack() as stack:
         plays = []
         for scenario in scenarios:
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="leases-experiment-"))
             plays.append(_Play(scenario, folder, timeout))
             stack.callback(plays[-1].stop)  # runs before its folder is removed
-        with _signals_blocked():
+        # Unwinding runs this first: a stop signal then waits until every worker is gone and
+        # every folder removed, instead of cutting that short.
+        stack.callback(_hold_stop_signals)
+        if hasattr(signal, "pthread_sigmask"):
+            # The first spawn starts multiprocessing's resource tracker, and starting it
+            # unblocks SIGINT and SIGTERM again: start it before holding them back.
+            from multiprocessing import resource_tracker
+
+            resource_tracker.ensure_running()
+        with _signal_mask_kept():
+            _hold_stop_signals()
             for play in plays:
                 _guarded(play, play.start, context)
         while not all(play.done for play in plays):
@@ -490,18 +500,22 @@ def _guarded(play: _Play, action: Callable[..., Any], *args: Any) -> Any:
         raise ExperimentError(play.scenario.name, where, problem) from exc
 
 
+def _hold_stop_signals() -> None:
+    """Block the stop signals in this thread: one sent meanwhile waits, it is not lost.
+
+    Workers started meanwhile inherit the block (see _ignore_stop_signals).
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+
+
 @contextlib.contextmanager
-def _signals_blocked() -> Iterator[None]:
-    """Hold back the stop signals while workers start; they inherit the block (see there)."""
+def _signal_mask_kept() -> Iterator[None]:
+    """Restore the signal mask on the way out: a stop signal held meanwhile arrives then."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    # The first spawn starts multiprocessing's resource tracker, and starting it unblocks
-    # SIGINT and SIGTERM again: start it first.
-    from multiprocessing import resource_tracker
-
-    resource_tracker.ensure_running()
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     try:
         yield
     finally:
@@ -852,18 +866,19 @@ def _write_whole(target: str, text: str) -> None:
 
 
 @contextlib.contextmanager
-def _stop_signals_raise() -> Iterator[None]:
+def _stop_signals_raise() -> Iterator[Callable[[], None]]:
     """While the block runs, the first stop signal raises _Stopped; later ones are ignored.
 
     Only the first raises, so that unwinding (stopping workers, removing folders) cannot itself
-    be cut short by a second Ctrl-C.
+    be cut short by a second Ctrl-C.  The block may call the function it is given once the run
+    has succeeded: from then on, a stop signal is too late and is ignored too.
     """
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers; the caller's own handling applies
-        return
     stopped: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None  # only the main thread may set handlers; the caller's apply
+        return
 
     def handler(number: int, frame: object) -> None:
         if not stopped:
@@ -877,10 +892,13 @@ def _stop_signals_raise() -> Iterator[None]:
         if signal.getsignal(number) is not signal.SIG_IGN
     }
     try:
-        yield
+        yield lambda: stopped.append(0)
     finally:
-        for number, action in previous.items():
-            signal.signal(number, action)
+        # Run as a script, the process ends right after main(): a signal in its last
+        # milliseconds must not turn a run that has succeeded into a stopped one.
+        if not (stopped == [0] and __name__ == "__main__"):
+            for number, action in previous.items():
+                signal.signal(number, action)
 
 
 def _say(stream: Any, text: str) -> None:
@@ -906,9 +924,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # any name or value can be shown, escaped
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-    with _stop_signals_raise():
+    with _stop_signals_raise() as too_late:
         try:
-            return _main(argv)
+            return _main(argv, too_late)
         except _Stopped as stop:
             with contextlib.suppress(Exception):
                 name = signal.Signals(stop.number).name
@@ -927,7 +945,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, too_late: Callable[[], None]) -> int:
     args = _parser().parse_args(argv)
     try:
         expected = None if args.check is None else _read_expected(args.check)
@@ -941,6 +959,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except ExperimentError as exc:
         _say(sys.stderr, f"run_experiment.py: failed: {exc}")
         return EXIT_FAILED
+    # Every worker is gone and the evidence is ready: what is left takes milliseconds, and a
+    # stop signal now could only leave the --output file written with a "stopped" exit code.
+    too_late()
     for record in document["scenarios"]:
         _say(sys.stderr, timeline(record))
 
