@@ -197,7 +197,10 @@ def _connect(path: str, table: str) -> sqlite3.Connection:
     """Open the database at `path` (absolute) with `table` in it, or raise LeaseError.
 
     An existing file is checked before SQLite may change it: it must be a regular SQLite file,
-    and a table of the model that it already has must have exactly the model's shape.
+    and whatever of the model's tables it already has must have exactly the model's shape.
+    The check reads through a read-only connection, so that a refused database is left as it
+    was, its log (in WAL mode) included: a connection that could write would fold the log into
+    the file as it closed.
     """
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
@@ -206,6 +209,8 @@ def _connect(path: str, table: str) -> sqlite3.Connection:
         if not os.path.lexists(path):
             _create(path, folder)
         _check_file(path)
+        with contextlib.closing(sqlite3.connect(_uri(path, "ro"), uri=True)) as look:
+            missing = table in _missing_tables(look, path)
         # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
         connection = sqlite3.connect(
             _uri(path, "rw"),
@@ -216,16 +221,15 @@ def _connect(path: str, table: str) -> sqlite3.Connection:
     except (OSError, sqlite3.Error) as exc:
         raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
     try:
-        missing = table in _missing_tables(connection, path)
-        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
-        if mode != "wal":  # only a file made by someone else; ours are WAL from the start
-            connection.execute("PRAGMA journal_mode=WAL")
-        # Only a database without our tables needs the write lock here: opening must not wait
+        # Only a database without our table needs the write lock here: opening must not wait
         # for a writer.  Inside the lock, look again: another process may have been first.
         if missing:
             with _transaction(connection):
                 if table in _missing_tables(connection, path):
                     connection.execute(_TABLES[table])
+        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+        if mode != "wal":  # only a file made by someone else; ours are WAL from the start
+            connection.execute("PRAGMA journal_mode=WAL")
     except BaseException as exc:
         connection.close()
         if isinstance(exc, sqlite3.Error):
@@ -253,20 +257,20 @@ def _check_file(path: str) -> None:
 
 
 def _missing_tables(connection: sqlite3.Connection, path: str) -> list[str]:
-    """The model's tables that are missing; LeaseError if one exists with another shape."""
-    existing = dict(
-        connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
-    )
-    missing = []
-    for table, statement in _TABLES.items():
-        if table not in existing:
-            missing.append(table)
-        elif existing[table] != statement:
+    """The model's tables that are missing; LeaseError if a name of theirs is otherwise taken.
+
+    SQLite's names ignore case, and tables, views, indexes and triggers share them.
+    """
+    found = connection.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE lower(name) IN (?, ?)", tuple(_TABLES)
+    ).fetchall()
+    for kind, name, statement in found:
+        if (kind, statement) != ("table", _TABLES.get(name)):
             raise LeaseError(
-                f"cannot use database {path!r}: it has a table {table!r} of another shape; "
-                "it was left as it is"
+                f"cannot use database {path!r}: it has a {kind} {name!r} that is not the "
+                "model's; it was left as it is"
             )
-    return missing
+    return [table for table in _TABLES if table not in {name for _, name, _ in found}]
 
 
 def _uri(path: str, mode: str) -> str:
@@ -291,6 +295,12 @@ def _create(path: str, folder: str) -> None:
     the same moment can see "database is locked".  Here the switch happens on a private draft
     that is then linked into place: `path` is always either absent or already in WAL mode.
     """
+    # SQLite would take these for the new database's own, and delete or replay them.
+    for stray in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+        if os.path.lexists(stray):
+            raise LeaseError(
+                f"cannot create database {path!r}: {stray!r} is in the way; it was left as it is"
+            )
     descriptor, draft = tempfile.mkstemp(dir=folder, prefix=".leases-", suffix=".draft")
     os.close(descriptor)
     try:

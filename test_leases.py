@@ -255,6 +255,15 @@ def _bytes(path: str) -> bytes:
         return file.read()
 
 
+def _snapshot(folder: str) -> dict[str, bytes]:
+    """Every file in `folder` and its bytes; SQLite's -shm files, a cache it may rebuild, aside."""
+    return {
+        name: _bytes(os.path.join(folder, name))
+        for name in os.listdir(folder)
+        if not name.endswith("-shm")
+    }
+
+
 def _dump(path: str) -> list[str]:
     with contextlib.closing(sqlite3.connect(path)) as connection:
         return list(connection.iterdump())
@@ -773,27 +782,41 @@ class DurabilityAndInputTests(unittest.TestCase):
                 Receiver(bad)
             named = os.path.abspath(bad) if error is LeaseError else bad
             self.assertIn(repr(named), str(caught.exception))
-        shape = os.path.join(folder, "other-shape.sqlite3")
-        with contextlib.closing(sqlite3.connect(shape)) as connection:
-            connection.execute("CREATE TABLE leases (name TEXT)")
-            connection.commit()
-        files = {shape: _bytes(shape)}
+        unusable: list[str] = []
         for size in (0, 1, 2, 511, 512, 4000):  # SQLite takes a file under 512 bytes for empty
-            files[os.path.join(folder, f"notes-{size}.txt")] = b"not a database\n"[:size] * (
-                1 + size // 15
-            )
-        for name, content in files.items():
-            if name != shape:
-                with open(name, "wb") as file:
-                    file.write(content[: len(content) if name == shape else None])
-        listing = sorted(os.listdir(folder))
-        for name, content in files.items():
+            unusable.append(os.path.join(folder, f"notes-{size}.txt"))
+            with open(unusable[-1], "wb") as file:
+                file.write((b"not a database\n" * (1 + size // 15))[:size])
+        for number, statement in enumerate([
+            "CREATE TABLE leases (name TEXT)",  # the model's name, another shape
+            "CREATE TABLE LEASES (name TEXT)",  # SQLite's names ignore case
+            "CREATE VIEW receiver_decisions AS SELECT 1",  # views share the tables' names
+        ]):
+            unusable.append(os.path.join(folder, f"foreign-{number}.sqlite3"))
+            with contextlib.closing(sqlite3.connect(unusable[-1])) as connection:
+                connection.execute(statement)
+                connection.commit()
+        # One left by another program in WAL mode, its log not yet folded into the file: the
+        # program ended without closing it, as a killed one does.
+        unusable.append(os.path.join(folder, "live.sqlite3"))
+        subprocess.run(
+            [sys.executable, "-c", "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+             "c.execute('PRAGMA journal_mode=WAL'); c.execute('CREATE TABLE leases (name TEXT)'); "
+             "c.commit(); os._exit(0)", unusable[-1]],
+            check=True,
+            timeout=TIMEOUT,
+        )
+        # A new database would take a log already lying where its own goes for its own.
+        unusable.append(os.path.join(folder, "new.sqlite3"))
+        with open(f"{unusable[-1]}-wal", "wb") as file:
+            file.write(b"notes that only look like a log\n")
+        untouched = _snapshot(folder)
+        for name in unusable:
             for open_it in (LeaseAuthority, Receiver):
                 with self.subTest(file=os.path.basename(name), opened_by=open_it.__name__):
                     with self.assertRaisesRegex(LeaseError, re.escape(repr(name))):
                         open_it(name)
-                    self.assertEqual(_bytes(name), content)
-        self.assertEqual(sorted(os.listdir(folder)), listing, "a file was added or removed")
+                    self.assertEqual(_snapshot(folder), untouched)
 
         # Whatever SQLite raises comes out as LeaseError naming the file: a closed store ...
         closed_authority, closed_receiver = LeaseAuthority(path), Receiver(path)
