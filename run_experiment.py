@@ -9,10 +9,8 @@ exit) before the next, so the order of events comes from these handshakes alone,
 timing.  The scenarios have databases of their own and run concurrently, in one wait loop; that
 changes no byte of the evidence.
 
-Exit codes: 0 success (and, with --check, reproduced); 1 the evidence differs from --check;
-2 bad arguments, or a file that cannot be read or written; 3 a scenario failed or hung;
-32 stdout was closed early; 128 + N stopped by signal N (SIGINT 130, SIGTERM 143, SIGHUP 129,
-SIGQUIT 131).  A run that fails or is stopped stops all its workers and writes nothing.
+Exit codes: EXIT_CODES below, which --help prints.  A run that fails or is stopped stops all
+its workers and writes nothing.
 """
 
 import signal
@@ -48,6 +46,7 @@ if TYPE_CHECKING:  # only for annotations: the spawn context makes the real obje
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "EXIT_CODES",
     "MAX_TIMEOUT",
     "SCENARIOS",
     "Action",
@@ -70,6 +69,52 @@ EXIT_FAILED = 3
 EXIT_CLOSED_STDOUT = 32  # EPIPE, as CPython's own `python3 -m json.tool` exits on a closed pipe
 EXIT_SIGNALLED = 128  # plus the signal's number, the shell's convention: Ctrl-C is 130
 
+# The signals that stop a run as Ctrl-C does, and how a user sends each.  Workers ignore all
+# but SIGTERM: the engine stops them itself, so that a signal sent to the whole process group
+# ends the run once.
+_STOP_SIGNAL_SOURCES = {
+    "SIGHUP": "the terminal closed",
+    "SIGINT": "Ctrl-C",
+    "SIGQUIT": "Ctrl-\\",
+    "SIGTERM": "kill, timeout, a CI runner cancelling a job",
+}
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in _STOP_SIGNAL_SOURCES if hasattr(signal, name)
+)
+
+# A report of differences lists this many JSON paths, then says how many more there are.
+_SHOWN_DIFFERENCES = 10
+
+# Every exit code and its meaning, exactly as --help prints them and README section 7 lists
+# them (.ci/check_contract.py compares the two).
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "success; with --check, the run reproduced EXPECTED"),
+    (EXIT_DIFFERENT, (
+        "only this: with --check, the run differs from EXPECTED; the first "
+        f"{_SHOWN_DIFFERENCES} differing JSON paths are listed, and how many more"
+    )),
+    (EXIT_USAGE, (
+        "bad arguments or files, found before anything runs, or a report that stdout or "
+        "stderr would not take; one line on stderr, and nothing written"
+    )),
+    (EXIT_FAILED, (
+        "a scenario failed or hung, or something unexpected happened inside a run; the "
+        "scenario and the step are named"
+    )),
+    (EXIT_CLOSED_STDOUT, (
+        "stdout was closed before the report was written (| head -1); quiet, as "
+        "python3 -m json.tool is"
+    )),
+    *(
+        (EXIT_SIGNALLED + number, (
+            f"stopped by {signal.Signals(number).name} "
+            f"({_STOP_SIGNAL_SOURCES[signal.Signals(number).name]}); every worker stopped, "
+            "nothing written"
+        ))
+        for number in sorted(_STOP_SIGNALS)
+    ),
+)
+
 # Only bounds a hung run; no step waits for it to pass.
 DEFAULT_TIMEOUT = 60.0
 # poll() takes a timeout in milliseconds as a C int, and Windows' waits a DWORD: 2**31 ms is
@@ -77,12 +122,6 @@ DEFAULT_TIMEOUT = 60.0
 MAX_TIMEOUT = 1_000_000.0
 # How long the engine waits for a worker to be gone once it ended or was killed.
 _STOP_SECONDS = 5.0
-# The signals that stop a run as Ctrl-C does.  Workers ignore all but SIGTERM: the engine
-# stops them itself, so that a signal sent to the whole process group ends the run once.
-_STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
-    if hasattr(signal, name)
-)
 # The largest --check file read; the evidence is a few kilobytes.
 _MAX_EXPECTED_BYTES = 16 * 1024 * 1024
 
@@ -108,6 +147,8 @@ class Step:
     value: str | None = None  # writes only
 
     def __post_init__(self) -> None:
+        if not isinstance(self.actor, str) or not isinstance(self.action, Action):
+            raise TypeError(f"step {self!r}: actor must be a str and action an Action")
         problem = _step_problem(self)
         if problem:
             raise ValueError(f"step {self!r}: {problem}")
@@ -117,10 +158,8 @@ class Step:
 
 
 def _step_problem(step: Step) -> str:
-    if not isinstance(step.actor, str) or not step.actor:
-        return "actor must be a non-empty str"
-    if not isinstance(step.action, Action):
-        return "action must be an Action"
+    if not step.actor:
+        return "actor must not be empty"
     if not _is_tick(step.tick):
         return "tick must be an int >= 0"
     if step.action is Action.ACQUIRE:
@@ -451,6 +490,8 @@ def run_scenarios(
     by an exception such as KeyboardInterrupt, raised wherever the wait happens to be.
     """
     _check_timeout(timeout)
+    if isinstance(scenarios, (str, bytes)) or not all(isinstance(s, Scenario) for s in scenarios):
+        raise TypeError(f"scenarios must be a sequence of Scenario, got {scenarios!r}")
     names = [scenario.name for scenario in scenarios]
     if not names or len(set(names)) != len(names):
         raise ValueError(f"scenarios must be a non-empty sequence with distinct names: {names!r}")
@@ -464,13 +505,8 @@ def run_scenarios(
         # Unwinding runs this first: a stop signal then waits until every worker is gone and
         # every folder removed, instead of cutting that short.
         stack.callback(_hold_stop_signals)
-        if hasattr(signal, "pthread_sigmask"):
-            # The first spawn starts multiprocessing's resource tracker, and starting it
-            # unblocks SIGINT and SIGTERM again: start it before holding them back.
-            from multiprocessing import resource_tracker
-
-            resource_tracker.ensure_running()
         with _signal_mask_kept():
+            _start_resource_tracker()
             _hold_stop_signals()
             for play in plays:
                 _guarded(play, play.start, context)
@@ -507,6 +543,21 @@ def _hold_stop_signals() -> None:
     """
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, rather than in the first spawn.
+
+    Starting it unblocks SIGINT and SIGTERM again (the tracker ignores those two), so it must
+    not happen while the workers start.  Started with the stop signals held back, the tracker
+    keeps SIGHUP and SIGQUIT held too: sent to the whole group, they do not kill it.  It ends
+    by itself once this process has.
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        from multiprocessing import resource_tracker
+
+        _hold_stop_signals()
+        resource_tracker.ensure_running()
 
 
 @contextlib.contextmanager
@@ -688,6 +739,7 @@ class _ReportFailed(Exception):
 
 def _parser() -> "argparse.ArgumentParser":
     import argparse
+    import textwrap
 
     class Parser(argparse.ArgumentParser):
         def error(self, message: str) -> NoReturn:
@@ -701,19 +753,12 @@ def _parser() -> "argparse.ArgumentParser":
         "spawned processes, and write the evidence as canonical JSON to stdout or PATH.\n"
         "A timeline a person can read goes to stderr.",
         epilog="exit codes:\n"
-        "  0    success; with --check, the run reproduced EXPECTED\n"
-        "  1    with --check, the run differs from EXPECTED (the first differing JSON paths\n"
-        "       are listed)\n"
-        "  2    bad arguments; EXPECTED missing, unreadable, not a regular file, too large or\n"
-        "       not JSON; PATH not writable; the report could not be written\n"
-        "  3    a scenario failed or hung (the scenario and step are named)\n"
-        "  32   stdout was closed before the report was written (e.g. | head -1)\n"
-        "  129  stopped by SIGHUP (the terminal closed)\n"
-        "  130  stopped by SIGINT (Ctrl-C)\n"
-        "  131  stopped by SIGQUIT (Ctrl-\\)\n"
-        "  143  stopped by SIGTERM (kill, timeout, a CI runner cancelling)\n"
-        "       a stopped run stops every worker first and writes nothing\n"
-        "\n"
+        + "".join(
+            textwrap.fill(meaning, 88, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
+            + "\n"
+            for code, meaning in EXIT_CODES
+        )
+        + "\n"
         "examples:\n"
         "  python3 run_experiment.py --check results.json --output reproduced.json\n"
         "  python3 run_experiment.py --output results.json   # regenerate the evidence",
@@ -722,8 +767,8 @@ def _parser() -> "argparse.ArgumentParser":
     parser.add_argument(
         "--check",
         metavar="EXPECTED",
-        help="compare the run with this evidence file (a regular file of at most 16 MiB); "
-        "key order and whitespace do not matter",
+        help="compare the run with this evidence file (a regular file of at most "
+        f"{_MAX_EXPECTED_BYTES // 2**20} MiB); key order and whitespace do not matter",
     )
     parser.add_argument(
         "--output",
@@ -793,9 +838,18 @@ def _read_expected(path: str) -> object:
     def no_constant(name: str) -> NoReturn:
         raise _UsageError(f"expected evidence {shown} is not JSON: it holds {name}")
 
+    def finite(text: str) -> float:
+        number = float(text)
+        if number in (float("inf"), float("-inf")):
+            raise _UsageError(f"expected evidence {shown} holds {text}, too large for a float")
+        return number
+
     try:
         return json.loads(
-            data.decode("utf-8"), object_pairs_hook=no_repeats, parse_constant=no_constant
+            data.decode("utf-8"),
+            object_pairs_hook=no_repeats,
+            parse_constant=no_constant,
+            parse_float=finite,
         )
     except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
         raise _UsageError(f"expected evidence {shown} is not JSON: {exc}") from None
@@ -831,17 +885,29 @@ def _output_target(path: str, expected_path: str | None) -> str:
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
+        # In a sticky folder (/tmp) only a file's or the folder's owner may replace the file.
+        sticky = os.stat(folder)
+        user = os.geteuid() if hasattr(os, "geteuid") else 0
+        owners = (0, sticky.st_uid) if status is None else (0, sticky.st_uid, status.st_uid)
+        if status is not None and sticky.st_mode & stat.S_ISVTX and user not in owners:
+            raise _UsageError(f"cannot write {shown}: another user's file in a sticky folder")
     except OSError as exc:
         raise _UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
     return target
 
 
-def _write_whole(target: str, text: str) -> None:
-    """Write `text` beside `target`, then rename it into place: never a half-written file.
+@contextlib.contextmanager
+def _staged(target: str | None, text: str) -> Iterator[Callable[[], None]]:
+    """Write `text` beside `target` and yield the function that renames it into place.
 
-    An existing file keeps its mode (and, where allowed, its owner); a new one gets the mode
-    the umask allows, as any file the user creates.
+    If the block ends without calling it, the staged file is removed: never a half-written
+    file, and nothing at all unless the run got that far.  An existing file keeps its mode
+    (and, where allowed, its owner); a new one gets the mode the umask allows, as any file
+    the user creates.  With no target, there is nothing to stage.
     """
+    if target is None:
+        yield lambda: None
+        return
     try:
         status: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
@@ -853,16 +919,15 @@ def _write_whole(target: str, text: str) -> None:
             os.umask(umask)
             os.chmod(fd, 0o666 & ~umask)
         else:
-            os.chmod(fd, stat.S_IMODE(status.st_mode))
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # first: a change of owner clears set-id bits
                 os.chown(fd, status.st_uid, status.st_gid)
+            os.chmod(fd, stat.S_IMODE(status.st_mode))
         with os.fdopen(fd, "w", encoding="ascii", newline="\n") as file:
             file.write(text)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
+        yield lambda: os.replace(temporary, target)
+    finally:
+        with contextlib.suppress(OSError):  # gone already once renamed
             os.unlink(temporary)
-        raise
 
 
 @contextlib.contextmanager
@@ -903,6 +968,8 @@ def _stop_signals_raise() -> Iterator[Callable[[], None]]:
 
 def _say(stream: Any, text: str) -> None:
     """Write a line and flush it; a stream that will not take it raises _ReportFailed."""
+    if stream is None:  # the file descriptor was closed before Python started
+        raise _ReportFailed("a closed stream")
     try:
         stream.write(text + "\n")
         stream.flush()
@@ -950,6 +1017,8 @@ def _main(argv: Sequence[str] | None, too_late: Callable[[], None]) -> int:
     try:
         expected = None if args.check is None else _read_expected(args.check)
         target = None if args.output is None else _output_target(args.output, args.check)
+        if sys.stdout is None and (args.check is not None or target is None):
+            raise _UsageError("stdout is closed, and the report or the evidence goes there")
     except _UsageError as exc:
         _say(sys.stderr, f"run_experiment.py: error: {exc}")
         return EXIT_USAGE
@@ -966,34 +1035,39 @@ def _main(argv: Sequence[str] | None, too_late: Callable[[], None]) -> int:
         _say(sys.stderr, timeline(record))
 
     text = canonical_json(document)
-    if target is not None:
-        try:
-            _write_whole(target, text)
-        except OSError as exc:
-            _say(sys.stderr, f"run_experiment.py: error: cannot write {_shown(args.output)}: "
-                 f"{exc.strerror or exc}")
-            return EXIT_USAGE
-    elif expected is None:
-        _say(sys.stdout, text.rstrip("\n"))
-    if expected is None:
-        return EXIT_OK
+    if args.check is None:
+        code, report = EXIT_OK, text.rstrip("\n") if target is None else ""
+    else:
+        code, report = _comparison(expected, text, args.check, len(document["scenarios"]))
+    try:
+        with _staged(target, text) as put_in_place:
+            # The report first: if stdout will not take it, the evidence is not put in place.
+            if report:
+                _say(sys.stdout, report)
+            put_in_place()
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        _say(sys.stderr, f"run_experiment.py: error: cannot write {_shown(args.output)}: "
+             f"{exc.strerror or exc}")
+        return EXIT_USAGE
+    return code
 
+
+def _comparison(expected: object, text: str, check: str, scenarios: int) -> tuple[int, str]:
+    """The exit code and the report of comparing the evidence `text` with --check's."""
     import json
 
     found = list(differences(expected, json.loads(text)))
-    checked = _shown(args.check)
     if not found:
-        scenarios = len(document["scenarios"])
-        _say(sys.stdout, f"reproduced: this run matches {checked} ({scenarios} scenarios)")
-        return EXIT_OK
-    lines = [f"differs: this run does not match {checked} at {len(found)} JSON path(s):"]
-    for path, want, got in found[:10]:
+        return EXIT_OK, f"reproduced: this run matches {_shown(check)} ({scenarios} scenarios)"
+    lines = [f"differs: this run does not match {_shown(check)} at {len(found)} JSON path(s):"]
+    for path, want, got in found[:_SHOWN_DIFFERENCES]:
         shown_want, shown_got = _show_pair(want, got)
         lines.append(f"  {path}: expected {shown_want}, got {shown_got}")
-    if len(found) > 10:
-        lines.append(f"  ... and {len(found) - 10} more")
-    _say(sys.stdout, "\n".join(lines))
-    return EXIT_DIFFERENT
+    if len(found) > _SHOWN_DIFFERENCES:
+        lines.append(f"  ... and {len(found) - _SHOWN_DIFFERENCES} more")
+    return EXIT_DIFFERENT, "\n".join(lines)
 
 
 if __name__ == "__main__":
