@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import queue
 import re
+import signal
 import sqlite3
 import stat
 import subprocess
@@ -256,11 +257,11 @@ def _bytes(path: str) -> bytes:
 
 
 def _snapshot(folder: str) -> dict[str, bytes]:
-    """Every file in `folder` and its bytes; SQLite's -shm files, a cache it may rebuild, aside."""
+    """Every regular file in `folder` and its bytes, but SQLite's -shm, a cache it may rebuild."""
     return {
         name: _bytes(os.path.join(folder, name))
         for name in os.listdir(folder)
-        if not name.endswith("-shm")
+        if os.path.isfile(os.path.join(folder, name)) and not name.endswith("-shm")
     }
 
 
@@ -316,12 +317,20 @@ class _Runs(NamedTuple):
     hung_left: list[str]  # what the hung run left: its output file, its TMPDIR's entries
 
 
-def _main(*args: str) -> tuple[int, str, str]:
+class _Closed(io.StringIO):
+    """A stdout whose reader has gone, as after `| head -1`."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def _main(*args: str, stdout: io.StringIO | None = None) -> tuple[int, str, str]:
     """run_experiment.main(args) in this process: its exit code, stdout and stderr.
 
-    Only for arguments refused before anything runs, where a new interpreter would add nothing.
+    For what needs no new interpreter: arguments refused before anything runs, and (with the
+    scenarios' play replaced) what the command line makes of a run.
     """
-    out, err = io.StringIO(), io.StringIO()
+    out, err = stdout or io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = run_experiment.main(list(args))
@@ -504,6 +513,19 @@ class ScenarioTests(unittest.TestCase):
                  _wrote("A", 3, 1, "x", "replay", (1, "x"))],
                 {"conflicting_writes_refused": [2], "final_value_written_by": [1]},
             ),
+            "the same epoch rewritten, unfenced: no older epoch overwrote a newer one": (
+                [a1, _wrote("A", 1, 1, "x", "applied", (1, "x")),
+                 _wrote("A", 2, 1, "y", "applied", (1, "y"))],
+                {"final_value_written_by": [2]},
+            ),
+            "a write before a later takeover was not superseded yet": (
+                [a1, _wrote("A", 4, 1, "x", "applied", (1, "x")), b2],
+                {"final_value_written_by": [1]},
+            ),
+            "an actor that acquires again is judged by its latest lease": (
+                [a1, _acquired("A", 10, 2, 20), _wrote("A", 15, 2, "x", "applied", (2, "x"))],
+                {"final_value_written_by": [2]},
+            ),
             "nothing applied": ([a1], {}),
         }
         for case, (events, because) in cases.items():
@@ -568,6 +590,13 @@ class AuthorityTests(unittest.TestCase):
                 self.authority.renew(shortened, now=now, ttl=10)
             self.assertEqual(caught.exception.current, current)
             self.assertEqual(self.authority.current(RESOURCE, now=now), current)
+        # The holder of the current lease, with an older epoch of its own, holds nothing.
+        again = self.authority.acquire(RESOURCE, "A", now=21, ttl=10)
+        with self.assertRaises(LeaseLost):
+            self.authority.renew(shortened, now=22, ttl=10)
+        with self.assertRaises(LeaseLost):
+            self.authority.release(shortened)
+        self.assertEqual(self.authority.current(RESOURCE, now=22), again)
 
     def test_release_frees_the_resource_but_never_reuses_its_epoch(self) -> None:
         first = self.authority.acquire(RESOURCE, "A", now=0, ttl=10)
@@ -791,6 +820,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             "CREATE TABLE leases (name TEXT)",  # the model's name, another shape
             "CREATE TABLE LEASES (name TEXT)",  # SQLite's names ignore case
             "CREATE VIEW receiver_decisions AS SELECT 1",  # views share the tables' names
+            "CREATE TABLE receiver_decisions (value TEXT)",  # the receiver's, another shape
         ]):
             unusable.append(os.path.join(folder, f"foreign-{number}.sqlite3"))
             with contextlib.closing(sqlite3.connect(unusable[-1])) as connection:
@@ -800,9 +830,11 @@ class DurabilityAndInputTests(unittest.TestCase):
         # program ended without closing it, as a killed one does.
         unusable.append(os.path.join(folder, "live.sqlite3"))
         subprocess.run(
-            [sys.executable, "-c", "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
-             "c.execute('PRAGMA journal_mode=WAL'); c.execute('CREATE TABLE leases (name TEXT)'); "
-             "c.commit(); os._exit(0)", unusable[-1]],
+            [sys.executable, "-c", (
+                "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                "c.execute('PRAGMA journal_mode=WAL'); c.execute('CREATE TABLE leases (a)'); "
+                "c.commit(); os._exit(0)"
+            ), unusable[-1]],
             check=True,
             timeout=TIMEOUT,
         )
@@ -810,6 +842,8 @@ class DurabilityAndInputTests(unittest.TestCase):
         unusable.append(os.path.join(folder, "new.sqlite3"))
         with open(f"{unusable[-1]}-wal", "wb") as file:
             file.write(b"notes that only look like a log\n")
+        unusable.append(os.path.join(folder, "fifo"))  # reading it would wait for a writer
+        os.mkfifo(unusable[-1])
         untouched = _snapshot(folder)
         for name in unusable:
             for open_it in (LeaseAuthority, Receiver):
@@ -817,6 +851,13 @@ class DurabilityAndInputTests(unittest.TestCase):
                     with self.assertRaisesRegex(LeaseError, re.escape(repr(name))):
                         open_it(name)
                     self.assertEqual(_snapshot(folder), untouched)
+        for name, reason in [
+            ("notes-511.txt", "at 511 bytes it is too short"),  # the rule's own limit
+            ("notes-512.txt", "file is not a database"),  # long enough for SQLite to judge
+            ("fifo", "it is not a regular file"),
+        ]:
+            with self.assertRaisesRegex(LeaseError, reason):
+                Receiver(os.path.join(folder, name))
 
         # Whatever SQLite raises comes out as LeaseError naming the file: a closed store ...
         closed_authority, closed_receiver = LeaseAuthority(path), Receiver(path)
@@ -875,39 +916,85 @@ class CommandLineTests(unittest.TestCase):
         self.assertIn("missing.json", err)
         self.assertFalse(os.path.exists(never))
 
-        # Files that are not what they seem: each refused at once with exit 2 and one line,
-        # nothing replaced.  A FIFO would block a reader for ever, and the --check file must
-        # never be overwritten, under whatever name it is reached.
+        # What the command line does with a run, from its outcome: here `play` stands in for
+        # playing the scenarios, which the run above has done once already.
+        def main_after(
+            play: Callable[[], object], *args: str, stdout: io.StringIO | None = None
+        ) -> tuple[int, str, str]:
+            played = run_experiment.run_scenarios
+            setattr(run_experiment, "run_scenarios", lambda **_: play())  # noqa: B010
+            try:
+                return _main(*args, stdout=stdout)
+            finally:
+                setattr(run_experiment, "run_scenarios", played)  # noqa: B010
+
         # Re-serialised compactly and changed at two places: only those two are reported, and
-        # the exit code is 1.  The run compared is the one above: what is tested here is the
-        # comparison and its report, so the scenarios are not played a second time.
-        document = _tamper(json.loads(runs.written))
+        # the exit code is 1.  Changed at twelve: the first ten, and how many more.
+        def evidence() -> Any:
+            return json.loads(runs.written)
+
+        document = _tamper(evidence())
         tampered = os.path.join(folder.name, "tampered.json")
         with open(tampered, "w", encoding="utf-8") as file:
             json.dump(document, file)
-        played = run_experiment.run_scenarios
-        setattr(run_experiment, "run_scenarios", lambda **_: json.loads(runs.written))  # noqa: B010
-        try:
-            code, out, err = _main("--check", tampered)
-        finally:
-            setattr(run_experiment, "run_scenarios", played)  # noqa: B010
+        code, out, err = main_after(evidence, "--check", tampered)
         self.assertEqual(code, 1, err)
         self.assertIn('$.scenarios[1].events[3].outcome: expected "applied", got "stale"', out)
         self.assertIn("$.scenarios[0].verdict.stale_writes_refused: expected false, got 0", out)
         self.assertIn("at 2 JSON path", out)
+        twelve = evidence()
+        for record in twelve["scenarios"]:
+            for event in record["events"][:4]:
+                event["tick"] += 100
+        with open(os.path.join(folder.name, "twelve.json"), "w", encoding="utf-8") as file:
+            json.dump(twelve, file)
+        code, out, err = main_after(evidence, "--check", file.name)
+        self.assertEqual((code, len(out.splitlines())), (1, 12), out)
+        self.assertIn("at 12 JSON path", out)
+        self.assertTrue(out.endswith("  ... and 2 more\n"), out)
+
+        # A stop signal during the run: 128 + its number, one line, nothing written.  Here it
+        # is raised in this process, so the exit code needs no timing; README's section 7 and
+        # the closing runs of the development notes show real signals from outside.
+        for number in (signal.SIGTERM, signal.SIGINT):
+            with self.subTest(signal=number):
+                code, out, err = main_after(
+                    functools.partial(signal.raise_signal, number), "--output", never
+                )
+                self.assertEqual((code, out), (128 + number, ""), err)
+                self.assertEqual(err, f"run_experiment.py: stopped by {number.name}; every "
+                                 "worker was stopped and nothing was written\n")
+                self.assertFalse(os.path.exists(never))
+        # stdout closed by its reader (| head -1): exit 32, quietly, nothing written.
+        code, out, err = main_after(
+            evidence, "--check", tampered, "--output", never, stdout=_Closed()
+        )
+        self.assertEqual(code, 32, err)
+        self.assertNotIn("run_experiment.py:", err)  # the timeline only, no error
+        self.assertFalse(os.path.exists(never))
+
+        # Files that are not what they seem: each refused at once with exit 2 and one line,
+        # nothing replaced.  A FIFO would block a reader for ever, and the --check file must
+        # never be overwritten, under whatever name it is reached.
         fifo = os.path.join(folder.name, "fifo")
         os.mkfifo(fifo)
-        link = os.path.join(folder.name, "link.json")
+        link, hard = os.path.join(folder.name, "link.json"), os.path.join(folder.name, "hard.json")
         os.symlink(tampered, link)
+        os.link(tampered, hard)
         repeated = os.path.join(folder.name, "repeated.json")
         with open(repeated, "w", encoding="utf-8") as file:
             file.write('{"scenarios": [], "scenarios": []}')
+        huge = os.path.join(folder.name, "huge.json")
+        with open(huge, "wb") as sparse:
+            sparse.truncate(16 * 2**20 + 1)
         for args, reason in [
             (("--check", fifo), "is not a regular file"),
             (("--output", fifo), "is not a regular file"),
             (("--check", repeated), "has the key 'scenarios' twice"),
+            (("--check", huge), f"is {16 * 2**20 + 1} bytes, more than the {16 * 2**20} read"),
             (("--check", tampered, "--output", link), "is the --check file"),
-            (("--timeout", "1e300"), "at most 1e+06"),
+            (("--check", tampered, "--output", hard), "is the --check file"),
+            (("--timeout", "1000000.001"), "at most 1e+06"),
         ]:
             with self.subTest(args=args):
                 code, out, err = _main(*args)
@@ -916,12 +1003,15 @@ class CommandLineTests(unittest.TestCase):
                 self.assertIn(reason, err)
         self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
         self.assertEqual(json.loads(_bytes(tampered)), document)
+        self.assertEqual(run_experiment._parser().parse_args(["--timeout", "1e6"]).timeout, 1e6)
 
         # A scenario is checked when it is built; a step that fails inside a worker is exit 3
         # material: an ExperimentError naming the scenario and the step, never a bare error.
         with self.assertRaisesRegex(ValueError, r"step 1 \(A acquire at tick 5\).*tick 10"):
             Scenario("back", True, "", (Step("A", Action.ACQUIRE, 10, ttl=1),
                                          Step("A", Action.ACQUIRE, 5, ttl=1)))
+        with self.assertRaisesRegex(ValueError, "tick must be an int >= 0"):
+            Step("A", Action.ACQUIRE, True, ttl=1)  # a bool is not a tick
         with self.assertRaisesRegex(ValueError, r"step 0 \(A write at tick 0\).*no lease"):
             Scenario("unleased", True, "", (Step("A", Action.WRITE, 0, value="x"),))
         overflow = Scenario("overflow", True, "", (Step("A", Action.ACQUIRE, 2**63 - 1, ttl=1),))
