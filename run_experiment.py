@@ -75,7 +75,7 @@ EXIT_SIGNALLED = 128  # plus the signal's number, the shell's convention: Ctrl-C
 _STOP_SIGNAL_SOURCES = {
     "SIGHUP": "the terminal closed",
     "SIGINT": "Ctrl-C",
-    "SIGQUIT": "Ctrl-\\",
+    "SIGQUIT": "Ctrl-backslash",
     "SIGTERM": "kill, timeout, a CI runner cancelling a job",
 }
 _STOP_SIGNALS = tuple(

@@ -8,12 +8,17 @@ The checks, cheapest first:
    for byte the one `draw` makes from the scenario's events: every tick, epoch, expiry, outcome
    and stored (epoch, value), the receiver's fenced or unfenced label and every note come from
    results.json by a fixed rule, so no number in a diagram is written by hand.
-2. tests: every `Class.test_name` that README.md cites is a method of that class in
-   test_leases.py, every test there is cited at least once, and wherever README.md says
-   "N tests", N is the number of tests in the file.
-3. exit codes: the codes under "exit codes:" in `run_experiment.py --help` and the codes in
-   README.md's | exit code | meaning | table are the same set.
-4. breakages: each row of README.md's | file | replace this | with this | caught by | table is
+2. prose: in section 3, every `field: value` under a scenario's heading is that scenario's
+   verdict in results.json, and the common setup ("A acquires at tick 0 with ttl 10 ...") is
+   every scenario's first event.
+3. tests: every `Class.test_name` that README.md cites is a method of that class in
+   test_leases.py, every test there is cited at least once, every guarantee of section 4 cites
+   one, every concurrency test still forces its interleaving (calls `_try_to_overtake`), and
+   wherever README.md says "N tests", N is the number of tests in the file.
+4. exit codes: the codes under "exit codes:" in `run_experiment.py --help` and the rows of
+   README.md's | exit code | meaning | table are the same, with the same meanings.
+5. numbers: each value in STATED (a limit, a timeout) appears in README.md as the code has it.
+6. breakages: each row of README.md's | file | replace this | with this | caught by | table is
    applied alone to a scratch copy of the code, where the whole suite then runs: the text must
    occur exactly once, the suite must fail, and every test the row names must have failed.
 
@@ -231,7 +236,8 @@ def _diagrams(lines: Sequence[str]) -> Iterator[tuple[int, str | None, str]]:
             while end < len(lines) and lines[end].strip() != "```":
                 end += 1
             text = "\n".join(lines[index + 1 : end])
-            if text.startswith("sequenceDiagram"):  # other kinds of diagram are not evidence
+            # Front matter or an %%{init}%% line may come first; other kinds are not evidence.
+            if "sequenceDiagram" in text:
                 yield index + 2, scenario, text
             index = end
         index += 1
@@ -320,13 +326,46 @@ def check_tests(readme: Sequence[str]) -> str:
             if int(match.group(1)) != len(tests):
                 raise Drift(f"{README} line {number} says {match.group()}, but {TESTS} has "
                             f"{len(tests)}")
-    return f"tests: all {len(tests)} in {TESTS} cited, every citation found"
+    # Section 4: "Each guarantee names the test ... that demonstrates it".
+    guarantee: tuple[int, str] | None = None
+    for number, line in [*_section(readme, "4"), (0, "")]:
+        start = re.match(r"(\d+)\. ", line)
+        if start or not line.strip():
+            if guarantee is not None and not CITATION.search(guarantee[1]):
+                raise Drift(f"{README} line {guarantee[0]}: guarantee {guarantee[1].split('.')[0]}"
+                            f" of section 4 names no test")
+            guarantee = (number, line) if start else None
+        elif guarantee is not None:
+            guarantee = (guarantee[0], guarantee[1] + " " + line)
+    # Section 9: the breakages are caught "every time, not by chance, because each
+    # concurrency test forces the interleaving".
+    for test in tests:
+        if "concurrent" in test and not _calls(test, "_try_to_overtake"):
+            raise Drift(f"{test} no longer forces an interleaving (_try_to_overtake), as {README}"
+                        f" section 9 says each concurrency test does")
+    return f"tests: all {len(tests)} in {TESTS} cited, each guarantee names one"
+
+
+def _calls(test: str, function: str) -> bool:
+    """Whether the test method `test` ("Class.method") calls `function` by name."""
+    name, method = test.split(".")
+    for node in ast.parse(_read(TESTS), TESTS).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == method:
+                    return any(
+                        isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                        and call.func.id == function
+                        for call in ast.walk(item)
+                    )
+    return False
 
 
 # --- check 3: the exit codes of --help are the README's ---
 
 
-def _help_exit_codes() -> set[int]:
+def _help_exit_codes() -> dict[int, str]:
+    """Each exit code under "exit codes:" in `run_experiment.py --help`, and its meaning."""
     run = subprocess.run(
         [sys.executable, "run_experiment.py", "--help"],
         cwd=ROOT,
@@ -340,44 +379,149 @@ def _help_exit_codes() -> set[int]:
                     f"{(run.stderr.strip().splitlines() or [''])[-1]}")
     lines = run.stdout.splitlines()
     starts = [i for i, line in enumerate(lines) if line.strip().lower() == "exit codes:"]
-    codes: set[int] = set()
+    codes: dict[int, str] = {}
+    code = None
     for line in lines[starts[0] + 1 :] if starts else []:
         if not line.strip():  # the section ends at a blank line
             break
-        # Codes and meanings are set apart by two or more spaces, one pair or several to a
-        # line ("129  SIGHUP    143  SIGTERM"); a line with no number continues a meaning.
-        fields = re.split(r"\s{2,}", line.strip())
-        codes.update(int(field) for field in fields if field.isdigit())
+        # "  130  meaning ...": a code, then its meaning; a line with no code continues it.
+        match = re.match(r"\s*(\d+)\s+(.*)", line)
+        if match:
+            code = int(match.group(1))
+            codes[code] = match.group(2).strip()
+        elif code is not None:
+            codes[code] += " " + line.strip()
     if not codes:
         raise Drift("run_experiment.py --help lists no exit codes under 'exit codes:'")
     return codes
 
 
 def check_exit_codes(readme: Sequence[str]) -> str:
+    """README's exit-code table says what --help says: the same codes, the same meanings."""
     helped = _help_exit_codes()
     table = _table(readme, "exit code", "meaning")
-    documented: set[int] = set()
+    documented: dict[int, tuple[int, str]] = {}
     for line, row in table.rows:
-        # A row may give several codes that share a meaning, e.g. `129`, `143`.
-        numbers = re.findall(r"\d+", row.get("exit code", ""))
-        if not numbers:
-            raise Drift(f"{README} line {line}: no exit code in {row.get('exit code', '')!r}")
-        documented.update(map(int, numbers))
+        cell = row.get("exit code", "").strip("`")
+        if not cell.isdigit():
+            raise Drift(f"{README} line {line}: exit code {cell!r} is not one number")
+        documented[int(cell)] = (line, " ".join(row.get("meaning", "").split()))
 
     def listed(codes: set[int]) -> str:
         names = ", ".join(map(str, sorted(codes)))
         return f"exit code {names} is" if len(codes) == 1 else f"exit codes {names} are"
 
-    if helped - documented:
-        raise Drift(f"{listed(helped - documented)} in run_experiment.py --help but not in "
-                    f"{README}'s exit-code table (line {table.line})")
-    if documented - helped:
-        raise Drift(f"{listed(documented - helped)} in {README}'s exit-code table (line "
-                    f"{table.line}) but not in run_experiment.py --help")
-    return f"exit codes: --help and {README} both list {', '.join(map(str, sorted(helped)))}"
+    if helped.keys() - documented.keys():
+        raise Drift(f"{listed(helped.keys() - documented.keys())} in run_experiment.py --help "
+                    f"but not in {README}'s exit-code table (line {table.line})")
+    if documented.keys() - helped.keys():
+        raise Drift(f"{listed(documented.keys() - helped.keys())} in {README}'s exit-code table "
+                    f"(line {table.line}) but not in run_experiment.py --help")
+    for code, (line, meaning) in sorted(documented.items()):
+        if meaning != helped[code]:
+            raise Drift(f"{README} line {line}: exit code {code} means {meaning!r}, but "
+                        f"run_experiment.py --help says {helped[code]!r}")
+    return (f"exit codes: --help and {README} give {', '.join(map(str, sorted(helped)))} the "
+            f"same meanings")
 
 
-# --- check 4: every listed breakage is caught by the tests README names ---
+# --- check 4: the numbers README states are the code's ---
+
+
+def _constants() -> dict[str, Any]:
+    """The modules' named values, imported from ROOT (importing them starts nothing)."""
+    sys.path.insert(0, ROOT)
+    try:
+        import leases
+        import run_experiment
+    finally:
+        sys.path.remove(ROOT)
+    return {
+        **{f"leases.{name}": value for name, value in vars(leases).items()},
+        **{f"run_experiment.{name}": value for name, value in vars(run_experiment).items()},
+    }
+
+
+# Each named value, and how README states it: a change to one must change the other.
+STATED: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("leases._SMALLEST_DATABASE", lambda value: f"under {value} bytes"),
+    ("leases.BUSY_TIMEOUT_SECONDS", lambda value: f"busy timeout of {value:g} s"),
+    ("run_experiment.DEFAULT_TIMEOUT", lambda value: f"(default {value:g})"),
+    ("run_experiment.MAX_TIMEOUT", lambda value: f"at most {value:,.0f} s"),
+    ("run_experiment._MAX_EXPECTED_BYTES", lambda value: f"at most {value // 2**20} MiB"),
+    ("run_experiment._SHOWN_DIFFERENCES", lambda value: f"the first {value} differing"),
+)
+
+
+def check_numbers(readme: Sequence[str]) -> str:
+    """Every number README states about the code (STATED) is the code's own."""
+    text = " ".join(" ".join(readme).split())
+    values = _constants()
+    for name, phrase in STATED:
+        if name not in values:
+            raise Drift(f"{name}, which {README} states, is gone from the code")
+        if phrase(values[name]) not in text:
+            raise Drift(f"{README} does not say {phrase(values[name])!r}, as {name} = "
+                        f"{values[name]!r} needs it to")
+    return f"numbers: {len(STATED)} stated in {README}, each the code's own"
+
+
+# --- check 5: the prose of section 3 says what results.json says ---
+
+
+def check_prose(readme: Sequence[str]) -> str:
+    """Section 3's sentences: every `field: value` under a scenario, and the common setup."""
+    records = {record["name"]: record for record in json.loads(_read(EVIDENCE))["scenarios"]}
+    scenario = None
+    claims = 0
+    section = _section(readme, "3")
+    for number, line in section:
+        heading = SCENARIO_HEADING.match(line)
+        if heading:
+            scenario = heading.group(1)
+        setup = re.search(r"A acquires at tick (\d+) with ttl (\d+), so its lease expires at "
+                          r"tick (\d+)", line.replace("\n", " "))
+        if setup:
+            said = tuple(map(int, setup.groups()))
+            for name, record in records.items():
+                first = record["events"][0]
+                actual = (first["tick"], first["expires_at"] - first["tick"], first["expires_at"])
+                if (first["actor"], first["action"]) != ("A", "acquire") or actual != said:
+                    raise Drift(f"{README} line {number} says A acquires at tick {said[0]} with "
+                                f"ttl {said[1]}, expiring at tick {said[2]}, but in scenario "
+                                f"`{name}` {EVIDENCE} has {first['actor']} {first['action']} "
+                                f"at tick {actual[0]}, expiring at tick {actual[2]}")
+            claims += 1
+        for field, value in re.findall(r"`(\w+): ([^`]+)`", line):
+            if scenario is None or scenario not in records:
+                raise Drift(f"{README} line {number} states `{field}: {value}` under no "
+                            f"scenario of {EVIDENCE}")
+            verdict = records[scenario]["verdict"]
+            if field not in verdict or json.dumps(verdict[field]) != value:
+                raise Drift(f"{README} line {number} says `{field}: {value}` of `{scenario}`, "
+                            f"but {EVIDENCE} has {json.dumps(verdict.get(field))}")
+            claims += 1
+    if not claims:
+        raise Drift(f"{README} section 3 states nothing this check can compare")
+    return f"prose: {claims} statements in section 3 agree with {EVIDENCE}"
+
+
+def _section(readme: Sequence[str], number: str) -> list[tuple[int, str]]:
+    """The numbered lines of README's section `number` ("## 3. ..."), up to the next one."""
+    lines: list[tuple[int, str]] = []
+    inside = False
+    for index, line in enumerate(readme, start=1):
+        if line.startswith("## "):
+            inside = line.startswith(f"## {number}.")
+        elif inside:
+            lines.append((index, line))
+    if not lines:
+        raise Drift(f"{README} has no section '## {number}.'")
+    return lines
+
+
+# --- check 6: every listed breakage is caught by the tests README names ---
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -514,7 +658,7 @@ def main() -> int:
     try:
         readme = _read(README).splitlines()
         quick: list[Callable[[Sequence[str]], str]] = [
-            check_diagrams, check_tests, check_exit_codes
+            check_diagrams, check_prose, check_tests, check_exit_codes, check_numbers
         ]
         for check in quick:
             try:
