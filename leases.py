@@ -295,9 +295,12 @@ def _create(path: str, folder: str) -> None:
     the same moment can see "database is locked".  Here the switch happens on a private draft
     that is then linked into place: `path` is always either absent or already in WAL mode.
     """
-    # SQLite would take these for the new database's own, and delete or replay them.
+    # SQLite would take these for the new database's own, and delete or replay them.  Once
+    # `path` exists they are its own: another process created it meanwhile.
     for stray in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):
         if os.path.lexists(stray):
+            if os.path.lexists(path):
+                return
             raise LeaseError(
                 f"cannot create database {path!r}: {stray!r} is in the way; it was left as it is"
             )
