@@ -209,7 +209,8 @@ def _connect(path: str, table: str) -> sqlite3.Connection:
         if not os.path.lexists(path):
             _create(path, folder)
         _check_file(path)
-        with contextlib.closing(sqlite3.connect(_uri(path, "ro"), uri=True)) as look:
+        look = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+        with contextlib.closing(look):
             missing = table in _missing_tables(look, path)
         # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
         connection = sqlite3.connect(
@@ -259,10 +260,13 @@ def _check_file(path: str) -> None:
 def _missing_tables(connection: sqlite3.Connection, path: str) -> list[str]:
     """The model's tables that are missing; LeaseError if a name of theirs is otherwise taken.
 
-    SQLite's names ignore case, and tables, views, indexes and triggers share them.
+    SQLite's names ignore case, and tables, views, indexes and triggers share them.  A trigger
+    on a model table would change what its statements do, so it is refused too.
     """
     found = connection.execute(
-        "SELECT type, name, sql FROM sqlite_master WHERE lower(name) IN (?, ?)", tuple(_TABLES)
+        "SELECT type, name, sql FROM sqlite_master WHERE lower(name) IN (?, ?)"
+        " OR (type = 'trigger' AND lower(tbl_name) IN (?, ?))",
+        (*_TABLES, *_TABLES),
     ).fetchall()
     for kind, name, statement in found:
         if (kind, statement) != ("table", _TABLES.get(name)):

@@ -94,8 +94,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
         f"{_SHOWN_DIFFERENCES} differing JSON paths are listed, and how many more"
     )),
     (EXIT_USAGE, (
-        "bad arguments or files, found before anything runs, or a report that stdout or "
-        "stderr would not take; one line on stderr, and nothing written"
+        "bad arguments or files, found before anything runs, or a report that stdout would "
+        "not take; one line on stderr, and nothing written"
     )),
     (EXIT_FAILED, (
         "a scenario failed or hung, or something unexpected happened inside a run; the "
@@ -350,6 +350,19 @@ def _event(step: Step, happened: dict[str, Any]) -> dict[str, Any]:
 # --- the engine ---
 
 
+class _Stopped(BaseException):
+    """A stop signal arrived (see main); raised once, wherever the run was, so that it unwinds."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
+
+
+# Stop signals whose _Stopped was raised inside a finalizer, where CPython reports and drops
+# exceptions: main() records them here, and the engine stops at its next wake-up instead.
+_missed_stops: list[int] = []
+
+
 class _Play:
     """One scenario being played: its workers, the step it waits on, and what has happened.
 
@@ -514,6 +527,8 @@ def run_scenarios(
             waiting = {item: play for play in plays for item in play.waitables()}
             wait = min(play.deadline for play in plays) - time.monotonic()
             ready = multiprocessing.connection.wait(list(waiting), max(0.0, wait))
+            if _missed_stops:
+                raise _Stopped(_missed_stops[0])
             for play in plays:
                 mine = [item for item in ready if waiting[item] is play]
                 if mine:
@@ -725,16 +740,8 @@ class _UsageError(Exception):
     """Bad arguments or files: exit 2 with one line, before or instead of a run."""
 
 
-class _Stopped(BaseException):
-    """A stop signal arrived; raised once, wherever the run was, so that it unwinds."""
-
-    def __init__(self, number: int) -> None:
-        super().__init__(number)
-        self.number = number
-
-
 class _ReportFailed(Exception):
-    """stdout or stderr would not take the report."""
+    """stdout would not take the report."""
 
 
 def _parser() -> "argparse.ArgumentParser":
@@ -742,6 +749,10 @@ def _parser() -> "argparse.ArgumentParser":
     import textwrap
 
     class Parser(argparse.ArgumentParser):
+        def print_help(self, file: Any = None) -> None:
+            # Through _say: a --help that stdout will not take is exit 2 (or 32), not 0.
+            _say(self.format_help().rstrip("\n"))
+
         def error(self, message: str) -> NoReturn:
             # One line and no usage block, so that scripts can show the reason as it is.
             self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
@@ -829,11 +840,12 @@ def _read_expected(path: str) -> object:
         raise _UsageError(f"expected evidence {shown} is empty")
 
     def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [key for key, _ in pairs]
-        for key in keys:
-            if keys.count(key) > 1:
+        found: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in found:
                 raise _UsageError(f"expected evidence {shown} has the key {key!r} twice")
-        return dict(pairs)
+            found[key] = value
+        return found
 
     def no_constant(name: str) -> NoReturn:
         raise _UsageError(f"expected evidence {shown} is not JSON: it holds {name}")
@@ -860,6 +872,8 @@ def _output_target(path: str, expected_path: str | None) -> str:
     shown = _shown(path)
     if not path:
         raise _UsageError("--output must name a file, got ''")
+    if path.endswith((os.sep, os.altsep or os.sep)):
+        raise _UsageError(f"cannot write {shown}: it names a folder; --output names a file")
     target = os.path.realpath(path)  # the link stays; what it points to gets the evidence
     folder, name = os.path.split(target)
     try:
@@ -935,55 +949,82 @@ def _stop_signals_raise() -> Iterator[Callable[[], None]]:
     """While the block runs, the first stop signal raises _Stopped; later ones are ignored.
 
     Only the first raises, so that unwinding (stopping workers, removing folders) cannot itself
-    be cut short by a second Ctrl-C.  The block may call the function it is given once the run
-    has succeeded: from then on, a stop signal is too late and is ignored too.
+    be cut short by a second Ctrl-C.  The block calls the function it is given once the run
+    has succeeded: from then on a stop signal is too late, and is held back for good, since
+    even the interpreter's shutdown, which puts back the default handlers, must not deliver it.
     """
     import threading
 
-    stopped: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield lambda: None  # only the main thread may set handlers; the caller's apply
         return
+    stopped: list[int] = []
 
     def handler(number: int, frame: object) -> None:
         if not stopped:
             stopped.append(number)
             raise _Stopped(number)
 
-    # A signal ignored from the start (nohup, or a shell's background job) stays ignored.
+    def unraisable(report: "sys.UnraisableHookArgs") -> None:
+        if isinstance(report.exc_value, _Stopped):  # raised in a finalizer, and dropped
+            _missed_stops.append(report.exc_value.number)
+        else:
+            previous_hook(report)
+
+    # A signal ignored from the start (nohup, or a shell's background job) stays ignored.  The
+    # handlers are set with the stop signals held, so that none arrives half-way through.
+    holding = hasattr(signal, "pthread_sigmask")
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS) if holding else set()
     previous = {
         number: signal.signal(number, handler)
         for number in _STOP_SIGNALS
         if signal.getsignal(number) is not signal.SIG_IGN
     }
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
-        yield lambda: stopped.append(0)
+        if holding:  # one held during the setup arrives now, and raises here
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        yield _hold_stop_signals
     finally:
-        # Run as a script, the process ends right after main(): a signal in its last
-        # milliseconds must not turn a run that has succeeded into a stopped one.
-        if not (stopped == [0] and __name__ == "__main__"):
+        sys.unraisablehook = previous_hook
+        _missed_stops.clear()
+        # Run as a script, the process ends right after main().  Called from other code, the
+        # caller gets its handlers and its mask back: a signal held meanwhile arrives now.
+        if __name__ != "__main__":
             for number, action in previous.items():
                 signal.signal(number, action)
+            if holding:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _say(stream: Any, text: str) -> None:
-    """Write a line and flush it; a stream that will not take it raises _ReportFailed."""
-    if stream is None:  # the file descriptor was closed before Python started
-        raise _ReportFailed("a closed stream")
+def _say(text: str) -> None:
+    """Write a line of the report to stdout; if stdout will not take it, _ReportFailed.
+
+    A reader that has gone (| head -1) raises BrokenPipeError, which main() ends quietly.
+    """
+    if sys.stdout is None:  # its file descriptor was closed before Python started
+        raise _ReportFailed("stdout is closed")
     try:
-        stream.write(text + "\n")
-        stream.flush()
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
     except BrokenPipeError:
         raise
     except (OSError, ValueError) as exc:  # ValueError: the stream was closed
-        raise _ReportFailed(f"{getattr(stream, 'name', 'a stream')}: {exc}") from None
+        raise _ReportFailed(f"cannot write the report to stdout: {exc}") from None
 
 
-def _silence(stream: Any) -> None:
-    """Point a failed stream at the null device, so that the exit's final flush is quiet."""
-    with contextlib.suppress(OSError, ValueError):
+def _note(text: str) -> None:
+    """Write a line to stderr, if it takes it: a diagnostic never changes the exit code."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # None, full, closed
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+def _silence_stdout() -> None:
+    """Point a failed stdout at the null device, so that the exit's final flush is quiet."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, stream.fileno())
+        os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
 
 
@@ -991,25 +1032,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # any name or value can be shown, escaped
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-    with _stop_signals_raise() as too_late:
-        try:
+    try:
+        with _stop_signals_raise() as too_late:
             return _main(argv, too_late)
-        except _Stopped as stop:
-            with contextlib.suppress(Exception):
-                name = signal.Signals(stop.number).name
-                _say(sys.stderr, f"run_experiment.py: stopped by {name}; every worker was "
-                     "stopped and nothing was written")
-            return EXIT_SIGNALLED + stop.number
-        except KeyboardInterrupt:  # only when called off the main thread, without our handler
-            return EXIT_SIGNALLED + signal.SIGINT
-        except BrokenPipeError:
-            _silence(sys.stdout)
-            return EXIT_CLOSED_STDOUT
-        except _ReportFailed as exc:
-            _silence(sys.stdout)
-            with contextlib.suppress(Exception):
-                _say(sys.stderr, f"run_experiment.py: error: cannot write the report to {exc}")
-            return EXIT_USAGE
+    except _Stopped as stop:
+        _note(f"run_experiment.py: stopped by {signal.Signals(stop.number).name}; every "
+              "worker was stopped and nothing was written")
+        return EXIT_SIGNALLED + stop.number
+    except KeyboardInterrupt:  # only when called off the main thread, without our handler
+        return EXIT_SIGNALLED + signal.SIGINT
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_CLOSED_STDOUT
+    except _ReportFailed as exc:
+        _silence_stdout()
+        _note(f"run_experiment.py: error: {exc}")
+        return EXIT_USAGE
 
 
 def _main(argv: Sequence[str] | None, too_late: Callable[[], None]) -> int:
@@ -1020,19 +1058,21 @@ def _main(argv: Sequence[str] | None, too_late: Callable[[], None]) -> int:
         if sys.stdout is None and (args.check is not None or target is None):
             raise _UsageError("stdout is closed, and the report or the evidence goes there")
     except _UsageError as exc:
-        _say(sys.stderr, f"run_experiment.py: error: {exc}")
+        _note(f"run_experiment.py: error: {exc}")
         return EXIT_USAGE
 
     try:
         document = run_scenarios(timeout=args.timeout)
     except ExperimentError as exc:
-        _say(sys.stderr, f"run_experiment.py: failed: {exc}")
+        _note(f"run_experiment.py: failed: {exc}")
         return EXIT_FAILED
+    if _missed_stops:  # a stop signal dropped in a finalizer, after the engine's last wake-up
+        raise _Stopped(_missed_stops[0])
     # Every worker is gone and the evidence is ready: what is left takes milliseconds, and a
     # stop signal now could only leave the --output file written with a "stopped" exit code.
     too_late()
     for record in document["scenarios"]:
-        _say(sys.stderr, timeline(record))
+        _note(timeline(record))
 
     text = canonical_json(document)
     if args.check is None:
@@ -1043,13 +1083,13 @@ def _main(argv: Sequence[str] | None, too_late: Callable[[], None]) -> int:
         with _staged(target, text) as put_in_place:
             # The report first: if stdout will not take it, the evidence is not put in place.
             if report:
-                _say(sys.stdout, report)
+                _say(report)
             put_in_place()
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise
-        _say(sys.stderr, f"run_experiment.py: error: cannot write {_shown(args.output)}: "
-             f"{exc.strerror or exc}")
+        _note(f"run_experiment.py: error: cannot write {_shown(args.output)}: "
+              f"{exc.strerror or exc}")
         return EXIT_USAGE
     return code
 

@@ -821,11 +821,13 @@ class DurabilityAndInputTests(unittest.TestCase):
             "CREATE TABLE LEASES (name TEXT)",  # SQLite's names ignore case
             "CREATE VIEW receiver_decisions AS SELECT 1",  # views share the tables' names
             "CREATE TABLE receiver_decisions (value TEXT)",  # the receiver's, another shape
+            # The model's own table, with a trigger that would quietly drop every grant.
+            leases._TABLES["leases"] + "; CREATE TRIGGER drop_grants BEFORE INSERT ON leases"
+            " BEGIN SELECT RAISE(IGNORE); END",
         ]):
             unusable.append(os.path.join(folder, f"foreign-{number}.sqlite3"))
             with contextlib.closing(sqlite3.connect(unusable[-1])) as connection:
-                connection.execute(statement)
-                connection.commit()
+                connection.executescript(statement)
         # One left by another program in WAL mode, its log not yet folded into the file: the
         # program ended without closing it, as a killed one does.
         unusable.append(os.path.join(folder, "live.sqlite3"))
