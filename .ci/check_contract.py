@@ -9,15 +9,18 @@ The checks, cheapest first:
    and stored (epoch, value), the receiver's fenced or unfenced label and every note come from
    results.json by a fixed rule, so no number in a diagram is written by hand.
 2. prose: in section 3, every `field: value` under a scenario's heading is that scenario's
-   verdict in results.json, and the common setup ("A acquires at tick 0 with ttl 10 ...") is
-   every scenario's first event.
+   verdict in results.json, every "tick N" and "epoch N" in its paragraphs is one of its own,
+   the final value's writer is its own, and the common setup ("A acquires at tick 0 with ttl
+   10 ...") is every scenario's first event.
 3. tests: every `Class.test_name` that README.md cites is a method of that class in
    test_leases.py, every test there is cited at least once, every guarantee of section 4 cites
    one, every concurrency test still forces its interleaving (calls `_try_to_overtake`), and
    wherever README.md says "N tests", N is the number of tests in the file.
 4. exit codes: the codes under "exit codes:" in `run_experiment.py --help` and the rows of
    README.md's | exit code | meaning | table are the same, with the same meanings.
-5. numbers: each value in STATED (a limit, a timeout) appears in README.md as the code has it.
+5. numbers: each value in STATED (a limit, a timeout) appears in README.md, every time, as
+   the code has it, and every "exit N" is one of the code's exit codes.  Section 7's table of
+   evidence fields names exactly the fields of results.json, the verdict's included.
 6. breakages: each row of README.md's | file | replace this | with this | caught by | table is
    applied alone to a scratch copy of the code, where the whole suite then runs: the text must
    occur exactly once, the suite must fail, and every test the row names must have failed.
@@ -442,28 +445,60 @@ def _constants() -> dict[str, Any]:
     }
 
 
-# Each named value, and how README states it: a change to one must change the other.
-STATED: tuple[tuple[str, Callable[[Any], str]], ...] = (
-    ("leases._SMALLEST_DATABASE", lambda value: f"under {value} bytes"),
-    ("leases.BUSY_TIMEOUT_SECONDS", lambda value: f"busy timeout of {value:g} s"),
-    ("run_experiment.DEFAULT_TIMEOUT", lambda value: f"(default {value:g})"),
-    ("run_experiment.MAX_TIMEOUT", lambda value: f"at most {value:,.0f} s"),
-    ("run_experiment._MAX_EXPECTED_BYTES", lambda value: f"at most {value // 2**20} MiB"),
-    ("run_experiment._SHOWN_DIFFERENCES", lambda value: f"the first {value} differing"),
+# Each named value, and the pattern by which README states it (its one group, read by the
+# function, must give the value): a change to one must change the other, everywhere.
+STATED: tuple[tuple[str, str, Callable[[str], object]], ...] = (
+    ("leases._SMALLEST_DATABASE", r"under (\d+) bytes", int),
+    ("leases.BUSY_TIMEOUT_SECONDS", r"busy timeout of (\d+) s", float),
+    ("run_experiment.DEFAULT_TIMEOUT", r"\(default (\d+)\)", float),
+    ("run_experiment.MAX_TIMEOUT", r"at most ([\d,]+) s\b", lambda n: float(n.replace(",", ""))),
+    ("run_experiment._MAX_EXPECTED_BYTES", r"at most (\d+) MiB", lambda text: int(text) * 2**20),
+    ("run_experiment._SHOWN_DIFFERENCES", r"first (\d+) differing", int),
+    ("run_experiment.EXIT_SIGNALLED", r"exit (\d+) plus", int),
 )
 
 
 def check_numbers(readme: Sequence[str]) -> str:
-    """Every number README states about the code (STATED) is the code's own."""
+    """Every number README states about the code (STATED, and each "exit N") is the code's."""
     text = " ".join(" ".join(readme).split())
     values = _constants()
-    for name, phrase in STATED:
+    stated = 0
+    for name, pattern, read in STATED:
         if name not in values:
             raise Drift(f"{name}, which {README} states, is gone from the code")
-        if phrase(values[name]) not in text:
-            raise Drift(f"{README} does not say {phrase(values[name])!r}, as {name} = "
-                        f"{values[name]!r} needs it to")
-    return f"numbers: {len(STATED)} stated in {README}, each the code's own"
+        found = re.findall(pattern, text)
+        if not found:
+            raise Drift(f"{README} no longer states {name} ({values[name]!r}) as /{pattern}/")
+        for said in found:
+            if read(said) != values[name]:
+                raise Drift(f"{README} says {said} where /{pattern}/ states {name}, which is "
+                            f"{values[name]!r}")
+        stated += len(found)
+    codes = {code for code, _ in values["run_experiment.EXIT_CODES"]}
+    for said in re.findall(r"\bexits? (\d+)\b(?! plus)", text):
+        if int(said) not in codes:
+            raise Drift(f"{README} speaks of exit {said}, which run_experiment.EXIT_CODES lacks")
+        stated += 1
+    return f"numbers: {stated} stated in {README}, each the code's own"
+
+
+def check_fields(readme: Sequence[str]) -> str:
+    """Section 7's | field | meaning | table names exactly the fields of a scenario's record,
+    and its verdict row names every field of the verdict."""
+    table = _table(readme, "field", "meaning")
+    named = {row.get("field", "").strip("`"): (line, row.get("meaning", "")) for line, row in
+             table.rows}
+    for record in json.loads(_read(EVIDENCE))["scenarios"]:
+        if set(named) != set(record):
+            raise Drift(f"{README} line {table.line}: the evidence table names "
+                        f"{sorted(set(named) - set(record)) or 'no extra field'} and misses "
+                        f"{sorted(set(record) - set(named)) or 'none'} of `{record['name']}`")
+        line, meaning = named["verdict"]
+        missing = [field for field in record["verdict"] if f"`{field}`" not in meaning]
+        if missing:
+            raise Drift(f"{README} line {line}: the verdict's meaning leaves out "
+                        f"{', '.join(missing)}")
+    return f"fields: the evidence table names every field of {EVIDENCE}, and no other"
 
 
 # --- check 5: the prose of section 3 says what results.json says ---
@@ -474,8 +509,10 @@ def check_prose(readme: Sequence[str]) -> str:
     records = {record["name"]: record for record in json.loads(_read(EVIDENCE))["scenarios"]}
     scenario = None
     claims = 0
-    section = _section(readme, "3")
-    for number, line in section:
+    for number, paragraph, under in _paragraphs(_section(readme, "3")):
+        if under in records:  # about one scenario: its ticks, epochs and final writer
+            claims += _check_sentence(number, paragraph, records[under])
+    for number, line in _section(readme, "3"):
         heading = SCENARIO_HEADING.match(line)
         if heading:
             scenario = heading.group(1)
@@ -504,6 +541,46 @@ def check_prose(readme: Sequence[str]) -> str:
     if not claims:
         raise Drift(f"{README} section 3 states nothing this check can compare")
     return f"prose: {claims} statements in section 3 agree with {EVIDENCE}"
+
+
+def _paragraphs(lines: Sequence[tuple[int, str]]) -> Iterator[tuple[int, str, str | None]]:
+    """Each paragraph of prose (not code), joined: its first line, its text, its scenario."""
+    scenario, start, fenced = None, 0, False
+    text: list[str] = []
+    for number, line in [*lines, (0, "")]:
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        heading = SCENARIO_HEADING.match(line)
+        if fenced or not line.strip() or heading or line.strip().startswith("```"):
+            if text:
+                yield start, " ".join(text), scenario
+            text = []
+            scenario = heading.group(1) if heading else scenario
+        elif not line.startswith("    "):  # an indented block is code too
+            start, text = (start if text else number), [*text, line.strip()]
+
+
+def _check_sentence(number: int, line: str, record: dict[str, Any]) -> int:
+    """How many facts of `record` the line states; a Drift if one of them is not the JSON's."""
+    events = record["events"]
+    known = {
+        "tick": {event["tick"] for event in events} | {event["expires_at"] for event in events},
+        "epoch": {event["epoch"] for event in events},
+    }
+    claims = 0
+    for kind, value in re.findall(r"\b(tick|epoch)[ -](\d+)\b", line, re.IGNORECASE):
+        if int(value) not in known[kind.lower()]:
+            raise Drift(f"{README} line {number} speaks of {kind} {value} in `{record['name']}`, "
+                        f"which {EVIDENCE} has nowhere among its {kind.lower()}s")
+        claims += 1
+    writer = record["verdict"]["final_value_written_by"]
+    for said in re.findall(r"final value is (\w+)'s|(\w+)'s value final", line):
+        actor = said[0] or said[1]
+        if actor != writer:
+            raise Drift(f"{README} line {number} says the final value of `{record['name']}` is "
+                        f"{actor}'s, but {EVIDENCE} has it written by {writer}")
+        claims += 1
+    return claims
 
 
 def _section(readme: Sequence[str], number: str) -> list[tuple[int, str]]:
@@ -658,7 +735,8 @@ def main() -> int:
     try:
         readme = _read(README).splitlines()
         quick: list[Callable[[Sequence[str]], str]] = [
-            check_diagrams, check_prose, check_tests, check_exit_codes, check_numbers
+            check_diagrams, check_prose, check_fields, check_tests, check_exit_codes,
+            check_numbers,
         ]
         for check in quick:
             try:
