@@ -317,6 +317,16 @@ class _Runs(NamedTuple):
     hung_left: list[str]  # what the hung run left: its output file, its TMPDIR's entries
 
 
+class _SignalOnCollection:
+    """Sends this process `number` when collected: a signal that lands in a finalizer."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def __del__(self) -> None:
+        signal.raise_signal(self.number)
+
+
 class _Closed(io.StringIO):
     """A stdout whose reader has gone, as after `| head -1`."""
 
@@ -967,6 +977,16 @@ class CommandLineTests(unittest.TestCase):
                 self.assertEqual(err, f"run_experiment.py: stopped by {number.name}; every "
                                  "worker was stopped and nothing was written\n")
                 self.assertFalse(os.path.exists(never))
+        # A signal that lands in a finalizer, where CPython drops what it raises, still stops
+        # the run, without a traceback.
+        def finalized_meanwhile() -> Any:
+            _SignalOnCollection(signal.SIGTERM)  # collected at once: its __del__ sends it
+            return evidence()
+
+        code, out, err = main_after(finalized_meanwhile, "--output", never)
+        self.assertEqual((code, out), (143, ""), err)
+        self.assertNotIn("Traceback", err)
+        self.assertFalse(os.path.exists(never))
         # stdout closed by its reader (| head -1): exit 32, quietly, nothing written.
         code, out, err = main_after(
             evidence, "--check", tampered, "--output", never, stdout=_Closed()
@@ -974,6 +994,7 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual(code, 32, err)
         self.assertNotIn("run_experiment.py:", err)  # the timeline only, no error
         self.assertFalse(os.path.exists(never))
+        self.assertEqual(_main("--help", stdout=_Closed())[0], 32)
 
         # Files that are not what they seem: each refused at once with exit 2 and one line,
         # nothing replaced.  A FIFO would block a reader for ever, and the --check file must
@@ -997,6 +1018,7 @@ class CommandLineTests(unittest.TestCase):
             (("--check", tampered, "--output", link), "is the --check file"),
             (("--check", tampered, "--output", hard), "is the --check file"),
             (("--timeout", "1000000.001"), "at most 1e+06"),
+            (("--output", folder.name + os.sep), "it names a folder"),
         ]:
             with self.subTest(args=args):
                 code, out, err = _main(*args)
