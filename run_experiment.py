@@ -127,7 +127,8 @@ _MAX_EXPECTED_BYTES = 16 * 1024 * 1024
 
 RESOURCE = "quarterly-report"
 
-# What a worker sends back after each step: (step index, event, None), or (index, None, error).
+# What a worker sends back on its pipe after each step: (step index, event, None), or, when it
+# fails, (the step's index or None, None, what went wrong).
 _Report = tuple[int | None, dict[str, Any] | None, str | None]
 
 
@@ -299,7 +300,8 @@ def run_worker(
                 if released != index:
                     raise RuntimeError(f"step {released} was released, step {index} expected")
                 lease, event = _perform(step, lease, authority, receiver)
-                channel.send((index, event, None))
+                report: _Report = (index, event, None)
+                channel.send(report)
     except (EOFError, BrokenPipeError):
         shutil.rmtree(os.path.dirname(db_path), ignore_errors=True)
         sys.exit(1)
@@ -427,10 +429,11 @@ class _Play:
         try:
             if channel not in ready:  # only the sentinel: the worker ended without a word
                 raise EOFError
-            reported, event, error = channel.recv()
+            report: _Report = channel.recv()
         except EOFError:
             process.join(_STOP_SECONDS)
             self.fail(f"worker {process.name!r} ended unreported, exit code {process.exitcode}")
+        reported, event, error = report
         if error is not None:
             self.fail(error)
         if reported != self.index or event is None:
@@ -465,7 +468,7 @@ class _Play:
     def stop(self) -> None:
         """Make sure no worker outlives its scenario, however the scenario ended."""
         # SIGKILL, not SIGTERM: a worker still starting up holds SIGTERM back (see
-        # _signals_blocked), and a worker has nothing to clean up; the folder goes with the play.
+        # _hold_stop_signals), and a worker has nothing to clean up; its folder goes with the play.
         for process, _ in self.workers.values():
             if process.pid is not None and process.exitcode is None:
                 process.kill()
@@ -525,7 +528,7 @@ def run_scenarios(
                 _guarded(play, play.start, context)
         while not all(play.done for play in plays):
             waiting = {item: play for play in plays for item in play.waitables()}
-            wait = min(play.deadline for play in plays) - time.monotonic()
+            wait = min(play.deadline for play in plays if not play.done) - time.monotonic()
             ready = multiprocessing.connection.wait(list(waiting), max(0.0, wait))
             if _missed_stops:
                 raise _Stopped(_missed_stops[0])
