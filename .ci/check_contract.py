@@ -246,11 +246,17 @@ def _diagrams(lines: Sequence[str]) -> Iterator[tuple[int, str | None, str]]:
         index += 1
 
 
-def check_diagrams(readme: Sequence[str]) -> str:
+def _records() -> list[dict[str, Any]]:
+    """The scenarios of results.json."""
     try:
-        records = json.loads(_read(EVIDENCE))["scenarios"]
+        records: list[dict[str, Any]] = json.loads(_read(EVIDENCE))["scenarios"]
     except (ValueError, KeyError, TypeError) as exc:
         raise Drift(f"{EVIDENCE} is not an evidence document: {exc}") from None
+    return records
+
+
+def check_diagrams(readme: Sequence[str]) -> str:
+    records = _records()
     names = [record["name"] for record in records]
     diagrams = list(_diagrams(readme))
     for line, scenario, _ in diagrams:
@@ -292,16 +298,16 @@ def _compare(line: int, scenario: str | None, shown: list[str], wanted: list[str
 # --- check 2: cited tests exist, and every test is cited ---
 
 
-def _test_methods() -> dict[str, list[str]]:
+def _test_methods() -> dict[str, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
     """Each class in test_leases.py and its test methods, as unittest would find them."""
     tree = ast.parse(_read(TESTS), TESTS)
     return {
-        node.name: [
-            item.name
+        node.name: {
+            item.name: item
             for item in node.body
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
             and item.name.startswith("test")  # unittest's testMethodPrefix
-        ]
+        }
         for node in tree.body
         if isinstance(node, ast.ClassDef)
     }
@@ -342,26 +348,21 @@ def check_tests(readme: Sequence[str]) -> str:
             guarantee = (guarantee[0], guarantee[1] + " " + line)
     # Section 9: the breakages are caught "every time, not by chance, because each
     # concurrency test forces the interleaving".
-    for test in tests:
-        if "concurrent" in test and not _calls(test, "_try_to_overtake"):
-            raise Drift(f"{test} no longer forces an interleaving (_try_to_overtake), as {README}"
-                        f" section 9 says each concurrency test does")
+    for name, methods in classes.items():
+        for method, node in methods.items():
+            if "concurrent" in method and not _calls(node, "_try_to_overtake"):
+                raise Drift(f"{name}.{method} no longer forces an interleaving "
+                            f"(_try_to_overtake), as {README} section 9 says each concurrency "
+                            f"test does")
     return f"tests: all {len(tests)} in {TESTS} cited, each guarantee names one"
 
 
-def _calls(test: str, function: str) -> bool:
-    """Whether the test method `test` ("Class.method") calls `function` by name."""
-    name, method = test.split(".")
-    for node in ast.parse(_read(TESTS), TESTS).body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == method:
-                    return any(
-                        isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-                        and call.func.id == function
-                        for call in ast.walk(item)
-                    )
-    return False
+def _calls(node: ast.AST, function: str) -> bool:
+    """Whether the code under `node` calls `function` by name."""
+    return any(
+        isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == function
+        for call in ast.walk(node)
+    )
 
 
 # --- check 3: the exit codes of --help are the README's ---
@@ -488,7 +489,7 @@ def check_fields(readme: Sequence[str]) -> str:
     table = _table(readme, "field", "meaning")
     named = {row.get("field", "").strip("`"): (line, row.get("meaning", "")) for line, row in
              table.rows}
-    for record in json.loads(_read(EVIDENCE))["scenarios"]:
+    for record in _records():
         if set(named) != set(record):
             raise Drift(f"{README} line {table.line}: the evidence table names "
                         f"{sorted(set(named) - set(record)) or 'no extra field'} and misses "
@@ -505,42 +506,43 @@ def check_fields(readme: Sequence[str]) -> str:
 
 
 def check_prose(readme: Sequence[str]) -> str:
-    """Section 3's sentences: every `field: value` under a scenario, and the common setup."""
-    records = {record["name"]: record for record in json.loads(_read(EVIDENCE))["scenarios"]}
-    scenario = None
+    """Section 3's paragraphs: the common setup, and what each says of its own scenario."""
+    records = {record["name"]: record for record in _records()}
     claims = 0
     for number, paragraph, under in _paragraphs(_section(readme, "3")):
-        if under in records:  # about one scenario: its ticks, epochs and final writer
-            claims += _check_sentence(number, paragraph, records[under])
-    for number, line in _section(readme, "3"):
-        heading = SCENARIO_HEADING.match(line)
-        if heading:
-            scenario = heading.group(1)
-        setup = re.search(r"A acquires at tick (\d+) with ttl (\d+), so its lease expires at "
-                          r"tick (\d+)", line.replace("\n", " "))
-        if setup:
-            said = tuple(map(int, setup.groups()))
-            for name, record in records.items():
-                first = record["events"][0]
-                actual = (first["tick"], first["expires_at"] - first["tick"], first["expires_at"])
-                if (first["actor"], first["action"]) != ("A", "acquire") or actual != said:
-                    raise Drift(f"{README} line {number} says A acquires at tick {said[0]} with "
-                                f"ttl {said[1]}, expiring at tick {said[2]}, but in scenario "
-                                f"`{name}` {EVIDENCE} has {first['actor']} {first['action']} "
-                                f"at tick {actual[0]}, expiring at tick {actual[2]}")
-            claims += 1
-        for field, value in re.findall(r"`(\w+): ([^`]+)`", line):
-            if scenario is None or scenario not in records:
+        claims += _check_setup(number, paragraph, records)
+        for field, value in re.findall(r"`(\w+): ([^`]+)`", paragraph):
+            if under not in records:
                 raise Drift(f"{README} line {number} states `{field}: {value}` under no "
                             f"scenario of {EVIDENCE}")
-            verdict = records[scenario]["verdict"]
+            verdict = records[under]["verdict"]
             if field not in verdict or json.dumps(verdict[field]) != value:
-                raise Drift(f"{README} line {number} says `{field}: {value}` of `{scenario}`, "
+                raise Drift(f"{README} line {number} says `{field}: {value}` of `{under}`, "
                             f"but {EVIDENCE} has {json.dumps(verdict.get(field))}")
             claims += 1
+        if under in records:  # about one scenario: its ticks, epochs and final writer
+            claims += _check_sentence(number, paragraph, records[under])
     if not claims:
         raise Drift(f"{README} section 3 states nothing this check can compare")
     return f"prose: {claims} statements in section 3 agree with {EVIDENCE}"
+
+
+def _check_setup(number: int, paragraph: str, records: dict[str, dict[str, Any]]) -> int:
+    """1 if the paragraph states the setup common to all scenarios, which must be each one's."""
+    setup = re.search(r"A acquires at tick (\d+) with ttl (\d+), so its lease expires at "
+                      r"tick (\d+)", paragraph)
+    if not setup:
+        return 0
+    said = tuple(map(int, setup.groups()))
+    for name, record in records.items():
+        first = record["events"][0]
+        actual = (first["tick"], first["expires_at"] - first["tick"], first["expires_at"])
+        if (first["actor"], first["action"]) != ("A", "acquire") or actual != said:
+            raise Drift(f"{README} line {number} says A acquires at tick {said[0]} with ttl "
+                        f"{said[1]}, expiring at tick {said[2]}, but in scenario `{name}` "
+                        f"{EVIDENCE} has {first['actor']} {first['action']} at tick "
+                        f"{actual[0]}, expiring at tick {actual[2]}")
+    return 1
 
 
 def _paragraphs(lines: Sequence[tuple[int, str]]) -> Iterator[tuple[int, str, str | None]]:
