@@ -336,8 +336,6 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]
     connection.execute("COMMIT")
 
 
-
-
 _D = TypeVar("_D", bound="_Database")
 
 
@@ -412,7 +410,6 @@ class LeaseAuthority(_Database):
     """The single trusted source of leases and epochs."""
 
     _KIND = "lease authority"
-
     _TABLE = "leases"
 
     def acquire(self, resource: str, holder: str, *, now: int, ttl: int) -> Lease:
@@ -522,9 +519,8 @@ class Receiver(_Database):
     authority or a clock anything.
     """
 
-    _TABLE = "receiver_decisions"
-
     _KIND = "receiver"
+    _TABLE = "receiver_decisions"
 
     def __init__(self, path: str | os.PathLike[str], *, fenced: bool = True) -> None:
         if not isinstance(fenced, bool):

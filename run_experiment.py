@@ -421,9 +421,19 @@ class _Play:
             if process.exitcode != 0:
                 self.fail(f"worker {process.name!r} exited with code {process.exitcode}")
             self.exiting = None
-            self.index += 1
-            self._release()
-            return
+        else:
+            actor = self._take_report(ready)
+            if all(step.actor != actor for step in self.scenario.steps[self.index + 1 :]):
+                # Its last step: the next is released only once this worker has exited, so
+                # that what it leaves behind is only what it committed.
+                self.exiting = actor
+                self.deadline = time.monotonic() + self.timeout
+                return
+        self.index += 1
+        self._release()
+
+    def _take_report(self, ready: list[Any]) -> str:
+        """Record the report of the step released last; the actor that made it."""
         actor = self.scenario.steps[self.index].actor
         process, channel = self.workers[actor]
         try:
@@ -439,14 +449,7 @@ class _Play:
         if reported != self.index or event is None:
             self.fail(f"step {reported} reported out of turn")
         self.events.append(event)
-        if all(step.actor != actor for step in self.scenario.steps[self.index + 1 :]):
-            # Its last step: the next is released only once this worker has exited, so that
-            # what it leaves behind is only what it committed.
-            self.exiting = actor
-            self.deadline = time.monotonic() + self.timeout
-            return
-        self.index += 1
-        self._release()
+        return actor
 
     def check_deadline(self, now: float) -> None:
         if not self.done and now >= self.deadline:
@@ -880,9 +883,7 @@ def _output_target(path: str, expected_path: str | None) -> str:
     target = os.path.realpath(path)  # the link stays; what it points to gets the evidence
     folder, name = os.path.split(target)
     try:
-        status = os.stat(target)
-    except FileNotFoundError:
-        status = None
+        status = _status(target)
     except OSError as exc:  # a loop of links, a file used as a folder, no permission, ...
         raise _UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
     if status is not None and not stat.S_ISREG(status.st_mode):
@@ -904,13 +905,21 @@ def _output_target(path: str, expected_path: str | None) -> str:
             pass
         # In a sticky folder (/tmp) only a file's or the folder's owner may replace the file.
         sticky = os.stat(folder)
-        user = os.geteuid() if hasattr(os, "geteuid") else 0
-        owners = (0, sticky.st_uid) if status is None else (0, sticky.st_uid, status.st_uid)
-        if status is not None and sticky.st_mode & stat.S_ISVTX and user not in owners:
-            raise _UsageError(f"cannot write {shown}: another user's file in a sticky folder")
+        if status is not None and sticky.st_mode & stat.S_ISVTX:
+            user = os.geteuid() if hasattr(os, "geteuid") else 0
+            if user not in (0, sticky.st_uid, status.st_uid):
+                raise _UsageError(f"cannot write {shown}: another user's file in a sticky folder")
     except OSError as exc:
         raise _UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
     return target
+
+
+def _status(path: str) -> os.stat_result | None:
+    """os.stat(path), or None if nothing is there."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
 
 
 @contextlib.contextmanager
@@ -925,10 +934,7 @@ def _staged(target: str | None, text: str) -> Iterator[Callable[[], None]]:
     if target is None:
         yield lambda: None
         return
-    try:
-        status: os.stat_result | None = os.stat(target)
-    except FileNotFoundError:
-        status = None
+    status = _status(target)  # again: the run took a while
     fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".tmp")
     try:
         if status is None:
@@ -1088,9 +1094,9 @@ def _main(argv: Sequence[str] | None, too_late: Callable[[], None]) -> int:
             if report:
                 _say(report)
             put_in_place()
+    except BrokenPipeError:
+        raise  # a reader that has gone: main() ends quietly
     except OSError as exc:
-        if isinstance(exc, BrokenPipeError):
-            raise
         _note(f"run_experiment.py: error: cannot write {_shown(args.output)}: "
               f"{exc.strerror or exc}")
         return EXIT_USAGE

@@ -1038,14 +1038,36 @@ class CommandLineTests(unittest.TestCase):
             Step("A", Action.ACQUIRE, True, ttl=1)  # a bool is not a tick
         with self.assertRaisesRegex(ValueError, r"step 0 \(A write at tick 0\).*no lease"):
             Scenario("unleased", True, "", (Step("A", Action.WRITE, 0, value="x"),))
-        overflow = Scenario("overflow", True, "", (Step("A", Action.ACQUIRE, 2**63 - 1, ttl=1),))
-        with self.assertRaises(ExperimentError) as caught:
-            run_scenarios([overflow], timeout=TIMEOUT)
+        # B takes over, writes and is done; then A's next acquisition overflows the tick.  The
+        # engine released that step only once B had exited, and names it when it fails.
+        top = 2**63 - 1
+        overflow = Scenario("overflow", True, "", (
+            Step("A", Action.ACQUIRE, 0, ttl=10),
+            Step("B", Action.ACQUIRE, 10, ttl=10),
+            Step("B", Action.WRITE, 10, value="by B"),
+            Step("A", Action.ACQUIRE, top, ttl=1),
+        ))
+        exit_codes_at_release: list[dict[str, int | None]] = []
+        release = run_experiment._Play._release
+
+        def recording(play: Any) -> None:
+            exit_codes_at_release.append(
+                {actor: process.exitcode for actor, (process, _) in play.workers.items()}
+            )
+            release(play)
+
+        setattr(run_experiment._Play, "_release", recording)  # noqa: B010
+        try:
+            with self.assertRaises(ExperimentError) as caught:
+                run_scenarios([overflow], timeout=TIMEOUT)
+        finally:
+            setattr(run_experiment._Play, "_release", release)  # noqa: B010
         self.assertEqual(
             (caught.exception.scenario, caught.exception.step),
-            ("overflow", f"step 0 (A acquire at tick {2**63 - 1})"),
+            ("overflow", f"step 3 (A acquire at tick {top})"),
         )
         self.assertIn("now + ttl must not exceed", caught.exception.problem)
+        self.assertEqual(exit_codes_at_release[3], {"A": None, "B": 0})
 
 
 if __name__ == "__main__":
