@@ -1,7 +1,7 @@
 """The contract of leases.py and run_experiment.py, one clause per test.
 
-Each test names the rule it demonstrates and fails if that rule is broken.  Processes are
-spawned and ordered by Event and Queue handshakes; no test sleeps, and every wait is bounded.
+Each test names the rule it demonstrates and fails if that rule is broken.  Child processes
+are ordered by Event and Queue handshakes; no test sleeps, and every wait is bounded.
 """
 
 import contextlib
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-if TYPE_CHECKING:  # only for annotations: the spawn context makes the real objects
+if TYPE_CHECKING:  # only for annotations: the context makes the real objects
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Event
 
@@ -46,7 +46,13 @@ from run_experiment import Action, ExperimentError, Scenario, Step, judge, run_s
 T = TypeVar("T")
 HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = 30.0  # bounds a hung test; no test waits for it to pass
-SPAWN = multiprocessing.get_context("spawn")
+# The tests' own child processes come from a fork server (see setUpModule): an interpreter
+# spawned once, which forks a child per request.  Like a spawned child, such a child shares
+# nothing with the test process (no connection, no lock, no setting a test changed) and gets
+# its work pickled; unlike one, it does not pay for a new interpreter and its imports, which
+# made up most of the suite's time.  The engine's workers are spawned as ever: the suite's run
+# of the README's command and the overflow scenario play them.
+FORKSERVER = multiprocessing.get_context("forkserver")
 RESOURCE = "invoice-42"
 
 # What a child puts on its results queue: (its number, whether it succeeded, its result or the
@@ -141,6 +147,15 @@ def _write_pausing(
         return receiver.write(RESOURCE, epoch, value)
 
 
+def _leave_open_in_wal_mode(db_path: str) -> None:
+    """Commit a table to a new WAL database and end without closing it, as a killed program."""
+    connection = sqlite3.connect(db_path)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("CREATE TABLE leases (a)")
+    connection.commit()
+    os._exit(0)
+
+
 # --- helpers for arranging tests ---
 
 
@@ -163,7 +178,7 @@ def _receiver(test: unittest.TestCase, path: str, *, fenced: bool = True) -> Rec
 
 
 def _start(test: unittest.TestCase, target: Callable[..., Any], *args: Any) -> BaseProcess:
-    process = SPAWN.Process(target=target, args=args)
+    process = FORKSERVER.Process(target=target, args=args)
     process.start()
 
     def stop() -> None:  # also when the test failed half-way: no child outlives its test
@@ -185,10 +200,10 @@ def _get(test: unittest.TestCase, channel: "Queue[T]", what: str) -> T:
 def _run_together(
     test: unittest.TestCase, function: Callable[..., Any], arguments: list[tuple[Any, ...]]
 ) -> list[Any]:
-    """Run function(*args) in one spawned process per args, all released at once; their results."""
-    ready: Queue[int] = SPAWN.Queue()
-    results: Queue[ChildResult] = SPAWN.Queue()
-    start = SPAWN.Event()
+    """Run function(*args) in a child process per args, all released at once; their results."""
+    ready: Queue[int] = FORKSERVER.Queue()
+    results: Queue[ChildResult] = FORKSERVER.Queue()
+    start = FORKSERVER.Event()
     processes = [
         _start(test, _job, number, function, args, ready, start, results)
         for number, args in enumerate(arguments)
@@ -211,11 +226,11 @@ def _try_to_overtake(
     outside the transaction, `second` would have read the same state as `first`.  Returns the
     results of both calls.
     """
-    ready: Queue[int] = SPAWN.Queue()
-    results: Queue[ChildResult] = SPAWN.Queue()
-    go, resume_first = SPAWN.Event(), SPAWN.Event()
+    ready: Queue[int] = FORKSERVER.Queue()
+    results: Queue[ChildResult] = FORKSERVER.Queue()
+    go, resume_first = FORKSERVER.Event(), FORKSERVER.Event()
     go.set()
-    first_inside, second_begins = SPAWN.Event(), SPAWN.Event()
+    first_inside, second_begins = FORKSERVER.Event(), FORKSERVER.Event()
     first_args = (*first, "INSERT", first_inside, resume_first)
     second_args = (*second, "BEGIN", second_begins, go)  # `go` is set: it only signals
     # Both start up at once; the second makes its call only once the first is inside.
@@ -423,6 +438,16 @@ def _story(record: dict[str, Any]) -> list[tuple[Any, ...]]:
         (e["actor"], e["action"], e["tick"], e["epoch"], e["outcome"], e["stored_epoch"])
         for e in record["events"]
     ]
+
+
+def setUpModule() -> None:
+    # The fork server imports this file once, as the module test_leases, so that every child
+    # it forks finds the file's imports done.  Not "__main__": until CPython fixed issue
+    # gh-126631 in 2025, a fork server could not preload the script being run, and a child of
+    # `python3 test_leases.py` still runs this file's lines, as a spawned child does.  (Run
+    # from another folder, a server that ignores the parent's sys.path, gh-117378, cannot find
+    # the module; its children then import what they need themselves.)
+    FORKSERVER.set_forkserver_preload(["test_leases"])
 
 
 class ScenarioTests(unittest.TestCase):
@@ -720,9 +745,9 @@ class DurabilityAndInputTests(unittest.TestCase):
             receiver.write(RESOURCE, first.epoch, "from the parent")
         # Two children start up at once.  One takes over and writes; once it is done, the other
         # makes a real acquisition, is stopped just before its COMMIT and is killed there.
-        ready: Queue[int] = SPAWN.Queue()
-        results: Queue[ChildResult] = SPAWN.Queue()
-        go, taken_over, inside, never = (SPAWN.Event() for _ in range(4))
+        ready: Queue[int] = FORKSERVER.Queue()
+        results: Queue[ChildResult] = FORKSERVER.Queue()
+        go, taken_over, inside, never = (FORKSERVER.Event() for _ in range(4))
         go.set()
         doomed_args = (path, "doomed", 1000, "COMMIT", inside, never)
         child = _start(self, _job, 0, _take_over_and_write, (path, 5), ready, go, results)
@@ -841,15 +866,9 @@ class DurabilityAndInputTests(unittest.TestCase):
         # One left by another program in WAL mode, its log not yet folded into the file: the
         # program ended without closing it, as a killed one does.
         unusable.append(os.path.join(folder, "live.sqlite3"))
-        subprocess.run(
-            [sys.executable, "-c", (
-                "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
-                "c.execute('PRAGMA journal_mode=WAL'); c.execute('CREATE TABLE leases (a)'); "
-                "c.commit(); os._exit(0)"
-            ), unusable[-1]],
-            check=True,
-            timeout=TIMEOUT,
-        )
+        program = _start(self, _leave_open_in_wal_mode, unusable[-1])
+        program.join(TIMEOUT)
+        self.assertEqual(program.exitcode, 0)
         # A new database would take a log already lying where its own goes for its own.
         unusable.append(os.path.join(folder, "new.sqlite3"))
         with open(f"{unusable[-1]}-wal", "wb") as file:

@@ -52,7 +52,7 @@ EVIDENCE = "results.json"
 # The scenario and command-line tests spawn run_experiment.py from the test file's folder and
 # compare its run with results.json there, so a scratch copy needs all four files.
 SCRATCH_FILES = ("leases.py", "run_experiment.py", TESTS, EVIDENCE)
-# A suite takes 3-6 s, broken or not, except that a deferred BEGIN sometimes kills a worker of
+# A suite takes 2-4 s, broken or not, except that a deferred BEGIN sometimes kills a worker of
 # the concurrent-acquisitions test while it holds the lease, and that test then waits out its
 # own 30 s bound.  This only bounds a break that makes the tests hang.
 SUITE_TIMEOUT = 60.0
