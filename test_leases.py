@@ -448,6 +448,14 @@ def setUpModule() -> None:
     # from another folder, a server that ignores the parent's sys.path, gh-117378, cannot find
     # the module; its children then import what they need themselves.)
     FORKSERVER.set_forkserver_preload(["test_leases"])
+    # Stopped by `timeout`, a CI runner cancelling the job or a closed terminal, the suite
+    # stops as Ctrl-C stops it: on the way out it removes its temporary folders and the fork
+    # server's, rather than ending where it stands.  A signal ignored from the start stays so.
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
+            previous = signal.signal(number, signal.default_int_handler)
+            unittest.addModuleCleanup(signal.signal, number, previous)
 
 
 class ScenarioTests(unittest.TestCase):
