@@ -21,7 +21,7 @@ import tempfile
 import traceback
 import unittest
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -55,9 +55,11 @@ TIMEOUT = 30.0  # bounds a hung test; no test waits for it to pass
 FORKSERVER = multiprocessing.get_context("forkserver")
 RESOURCE = "invoice-42"
 
-# What a child puts on its results queue: (its number, whether it succeeded, its result or the
-# traceback of its failure).  Children are numbered so that results can be told apart.
-ChildResult = tuple[int, bool, Any]
+# What a child puts on its results queue: (its number, the leases.py it ran, whether it
+# succeeded, its result or the traceback of its failure).  Children are numbered so that
+# results can be told apart, and name their leases.py so that a test of one copy of the code
+# cannot pass on another's.
+ChildResult = tuple[int, str, bool, Any]
 # A pausing operation's outcome: ("granted" or "held", epoch) for an acquisition.
 Acquisition = tuple[str, int]
 
@@ -78,10 +80,14 @@ def _job(
         ready.put(number)
         if not start.wait(TIMEOUT):
             raise TimeoutError("start was never given")
-        results.put((number, True, function(*args)))
+        results.put((number, _code_under_test(), True, function(*args)))
     except BaseException:
-        results.put((number, False, traceback.format_exc()))
+        results.put((number, _code_under_test(), False, traceback.format_exc()))
         raise
+
+
+def _code_under_test() -> str:
+    return os.path.realpath(leases.__file__)
 
 
 def _acquire_and_release(db_path: str, holder: str, rounds: int) -> list[int]:
@@ -178,15 +184,20 @@ def _receiver(test: unittest.TestCase, path: str, *, fenced: bool = True) -> Rec
 
 
 def _start(test: unittest.TestCase, target: Callable[..., Any], *args: Any) -> BaseProcess:
-    process = FORKSERVER.Process(target=target, args=args)
-    process.start()
+    # A daemon: should its cleanup never run, the suite's exit ends it instead of waiting.
+    process = FORKSERVER.Process(target=target, args=args, daemon=True)
 
     def stop() -> None:  # also when the test failed half-way: no child outlives its test
         if process.is_alive():
             process.kill()
         process.join(TIMEOUT)
 
-    test.addCleanup(stop)
+    # With the stop signals held, as the engine starts its workers: a suite stopped meanwhile
+    # stops once the child has started and its stop is registered, not half-way through.
+    with run_experiment._signal_mask_kept():
+        run_experiment._hold_stop_signals()
+        process.start()
+        test.addCleanup(stop)
     return process
 
 
@@ -249,12 +260,13 @@ def _collect(
 ) -> list[Any]:
     """Each child's result, in the order the children were numbered; fails if any child failed."""
     outcomes = sorted(_get(test, results, "result from a child") for _ in processes)
-    for number, ok, detail in outcomes:
+    for number, code, ok, detail in outcomes:
+        test.assertEqual(code, _code_under_test(), f"child {number} ran another leases.py")
         test.assertTrue(ok, f"child {number} failed:\n{detail}")
     for process in processes:
         process.join(TIMEOUT)
         test.assertEqual(process.exitcode, 0)
-    return [detail for _, _, detail in outcomes]
+    return [detail for _, _, _, detail in outcomes]
 
 
 def _by_the_rule(stored: tuple[int, str] | None, epoch: int, value: str) -> str:
@@ -312,6 +324,11 @@ def _run_cli(
     finally:
         for process in started:
             if process.poll() is None:
+                process.terminate()  # as `kill` stops it: it stops its workers, removes its files
+        for process in started:
+            try:
+                process.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
 
@@ -342,6 +359,24 @@ class _SignalOnCollection:
         signal.raise_signal(self.number)
 
 
+@contextlib.contextmanager
+def _heeded(number: int) -> Iterator[None]:
+    """Signal `number` not ignored, as in a terminal's foreground job, while the block runs.
+
+    A script's background job starts ignoring SIGINT, and main() rightly goes on ignoring a
+    signal ignored from the start; a test that sends one to show how main() stops must not
+    depend on how the suite was started.
+    """
+    ignored = signal.getsignal(number) is signal.SIG_IGN
+    if ignored:
+        signal.signal(number, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(number, signal.SIG_IGN)
+
+
 class _Closed(io.StringIO):
     """A stdout whose reader has gone, as after `| head -1`."""
 
@@ -349,11 +384,15 @@ class _Closed(io.StringIO):
         raise BrokenPipeError(32, "Broken pipe")
 
 
-def _main(*args: str, stdout: io.StringIO | None = None) -> tuple[int, str, str]:
+def _main(
+    *args: str, stdout: io.StringIO | None = None, signalling: bool = False
+) -> tuple[int, str, str]:
     """run_experiment.main(args) in this process: its exit code, stdout and stderr.
 
     For what needs no new interpreter: arguments refused before anything runs, and (with the
-    scenarios' play replaced) what the command line makes of a run.
+    scenarios' play replaced) what the command line makes of a run.  A stop signal that main()
+    reports, unless the caller is `signalling` one itself, came from outside to stop the suite,
+    and is passed on as Ctrl-C.
     """
     out, err = stdout or io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -361,6 +400,8 @@ def _main(*args: str, stdout: io.StringIO | None = None) -> tuple[int, str, str]
             code = run_experiment.main(list(args))
         except SystemExit as exit:  # argparse's own refusals
             code = int(exit.code or 0)
+    if code > run_experiment.EXIT_SIGNALLED and not signalling:
+        raise KeyboardInterrupt(err.getvalue().strip())
     return code, out.getvalue(), err.getvalue()
 
 
@@ -444,21 +485,45 @@ def setUpModule() -> None:
     # The fork server imports this file once, as the module test_leases, so that every child
     # it forks finds the file's imports done.  Not "__main__": until CPython fixed issue
     # gh-126631 in 2025, a fork server could not preload the script being run, and a child of
-    # `python3 test_leases.py` still runs this file's lines, as a spawned child does.  (Run
-    # from another folder, a server that ignores the parent's sys.path, gh-117378, cannot find
-    # the module; its children then import what they need themselves.)
-    FORKSERVER.set_forkserver_preload(["test_leases"])
-    # Stopped by `timeout`, a CI runner cancelling the job or a closed terminal, the suite
-    # stops as Ctrl-C stops it: on the way out it removes its temporary folders and the fork
-    # server's, rather than ending where it stands.  A signal ignored from the start stays so.
-    for name in ("SIGTERM", "SIGHUP"):
+    # `python3 test_leases.py` still runs this file's lines, as a spawned child does.  Only
+    # from this file's own folder: until gh-117378 was fixed, in 2024, the server ignored the
+    # parent's sys.path and imported from the folder it started in, which may hold another
+    # copy of the code.  Elsewhere each child imports what it needs itself, from the parent's
+    # path; _collect checks that it ran this copy.
+    with contextlib.suppress(OSError):  # a folder that is gone is not this one
+        if os.path.samefile(os.getcwd(), HERE):
+            FORKSERVER.set_forkserver_preload(["test_leases"])
+    # Stopped by `timeout`, a CI runner cancelling the job, a closed terminal or Ctrl-\, the
+    # suite stops as Ctrl-C stops it: on the way out it removes its temporary folders and the
+    # fork server's, rather than ending where it stands.  A signal ignored from the start
+    # stays so.  multiprocessing's resource tracker, which removes the semaphores of the
+    # tests' Events and Queues, starts as the engine starts it, with SIGHUP and SIGQUIT held:
+    # sent to the whole group, they stop the suite, not the tracker.
+    for name in ("SIGTERM", "SIGHUP", "SIGQUIT"):
         number = getattr(signal, name, None)
         if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
             previous = signal.signal(number, signal.default_int_handler)
             unittest.addModuleCleanup(signal.signal, number, previous)
+    with run_experiment._signal_mask_kept():
+        run_experiment._start_resource_tracker()
 
 
-class ScenarioTests(unittest.TestCase):
+class _TestCase(unittest.TestCase):
+    """A test case whose cleanups run even when the suite is stopped half-way through it.
+
+    unittest skips them when a test is interrupted (by Ctrl-C, or a signal that setUpModule
+    turns into one).  Here they still stop the test's children before its folders go, which
+    removes the folders whole instead of racing a child that writes to them.
+    """
+
+    def run(self, result: unittest.TestResult | None = None) -> unittest.TestResult | None:
+        try:
+            return super().run(result)
+        finally:
+            self.doCleanups()
+
+
+class ScenarioTests(_TestCase):
     """The three scenarios, as one run of `run_experiment.py --check` played them."""
 
     def assertScenario(
@@ -576,7 +641,7 @@ class ScenarioTests(unittest.TestCase):
                 self.assertEqual(judge(events), _judged(events, because))
 
 
-class AuthorityTests(unittest.TestCase):
+class AuthorityTests(_TestCase):
     def setUp(self) -> None:
         self.path = _database(self)
         self.authority = _authority(self, self.path)
@@ -674,7 +739,7 @@ class AuthorityTests(unittest.TestCase):
         self.assertEqual((first, second), (("granted", 6 * rounds + 1), ("held", 6 * rounds + 1)))
 
 
-class ReceiverTests(unittest.TestCase):
+class ReceiverTests(_TestCase):
     def setUp(self) -> None:
         self.path = _database(self)
         self.receiver = _receiver(self, self.path)
@@ -745,7 +810,7 @@ class ReceiverTests(unittest.TestCase):
         self.assertEqual(self.receiver.read(RESOURCE), (11, "X"))
 
 
-class DurabilityAndInputTests(unittest.TestCase):
+class DurabilityAndInputTests(_TestCase):
     def test_state_survives_reopening_and_processes_including_one_killed_mid_commit(self) -> None:
         path = _database(self)
         with LeaseAuthority(path) as authority, Receiver(path) as receiver:
@@ -923,7 +988,7 @@ class DurabilityAndInputTests(unittest.TestCase):
         self.assertEqual(impatient.write(RESOURCE, 2, "two").outcome, Outcome.APPLIED)
 
 
-class CommandLineTests(unittest.TestCase):
+class CommandLineTests(_TestCase):
     def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
         runs = _runs()
         run = runs.reproduced
@@ -958,12 +1023,15 @@ class CommandLineTests(unittest.TestCase):
         # What the command line does with a run, from its outcome: here `play` stands in for
         # playing the scenarios, which the run above has done once already.
         def main_after(
-            play: Callable[[], object], *args: str, stdout: io.StringIO | None = None
+            play: Callable[[], object],
+            *args: str,
+            stdout: io.StringIO | None = None,
+            signalling: bool = False,
         ) -> tuple[int, str, str]:
             played = run_experiment.run_scenarios
             setattr(run_experiment, "run_scenarios", lambda **_: play())  # noqa: B010
             try:
-                return _main(*args, stdout=stdout)
+                return _main(*args, stdout=stdout, signalling=signalling)
             finally:
                 setattr(run_experiment, "run_scenarios", played)  # noqa: B010
 
@@ -996,9 +1064,10 @@ class CommandLineTests(unittest.TestCase):
         # is raised in this process, so the exit code needs no timing; README's section 7 and
         # the closing runs of the development notes show real signals from outside.
         for number in (signal.SIGTERM, signal.SIGINT):
-            with self.subTest(signal=number):
+            with self.subTest(signal=number), _heeded(number):
                 code, out, err = main_after(
-                    functools.partial(signal.raise_signal, number), "--output", never
+                    functools.partial(signal.raise_signal, number), "--output", never,
+                    signalling=True,
                 )
                 self.assertEqual((code, out), (128 + number, ""), err)
                 self.assertEqual(err, f"run_experiment.py: stopped by {number.name}; every "
@@ -1010,7 +1079,8 @@ class CommandLineTests(unittest.TestCase):
             _SignalOnCollection(signal.SIGTERM)  # collected at once: its __del__ sends it
             return evidence()
 
-        code, out, err = main_after(finalized_meanwhile, "--output", never)
+        with _heeded(signal.SIGTERM):
+            code, out, err = main_after(finalized_meanwhile, "--output", never, signalling=True)
         self.assertEqual((code, out), (143, ""), err)
         self.assertNotIn("Traceback", err)
         self.assertFalse(os.path.exists(never))
