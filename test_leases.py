@@ -44,7 +44,7 @@ from leases import (
 from run_experiment import Action, ExperimentError, Scenario, Step, judge, run_scenarios
 
 T = TypeVar("T")
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.realpath(__file__))
 TIMEOUT = 30.0  # bounds a hung test; no test waits for it to pass
 # The tests' own child processes come from a fork server (see setUpModule): an interpreter
 # spawned once, which forks a child per request.  Like a spawned child, such a child shares
@@ -65,6 +65,16 @@ Acquisition = tuple[str, int]
 
 
 # --- child process targets: top level, told everything by their arguments ---
+
+
+def _child(target: Callable[..., Any], *args: Any) -> None:
+    """Run `target(*args)` as a program that stop signals stop.
+
+    The test process holds them back while it starts a child (see _start), and the child, or
+    the fork server it comes from, may have started with them held.
+    """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, run_experiment._STOP_SIGNALS)
+    target(*args)
 
 
 def _job(
@@ -165,6 +175,29 @@ def _leave_open_in_wal_mode(db_path: str) -> None:
 # --- helpers for arranging tests ---
 
 
+@contextlib.contextmanager
+def _stops_held() -> Iterator[None]:
+    """Hold the stop signals back while the block runs, as the engine does while it unwinds.
+
+    One that arrives meanwhile is raised once the block is done, as KeyboardInterrupt (see
+    setUpModule), instead of cutting short what the block does.
+    """
+    with run_experiment._signal_mask_kept():
+        run_experiment._hold_stop_signals()
+        yield
+
+
+@contextlib.contextmanager
+def _folder(prefix: str) -> Iterator[str]:
+    """A new temporary folder, removed whole afterwards, however the block ends."""
+    folder = tempfile.TemporaryDirectory(prefix=prefix)
+    try:
+        yield folder.name
+    finally:
+        with _stops_held():
+            folder.cleanup()
+
+
 def _database(test: unittest.TestCase) -> str:
     folder = tempfile.TemporaryDirectory(prefix="leases-test-")
     test.addCleanup(folder.cleanup)
@@ -185,17 +218,16 @@ def _receiver(test: unittest.TestCase, path: str, *, fenced: bool = True) -> Rec
 
 def _start(test: unittest.TestCase, target: Callable[..., Any], *args: Any) -> BaseProcess:
     # A daemon: should its cleanup never run, the suite's exit ends it instead of waiting.
-    process = FORKSERVER.Process(target=target, args=args, daemon=True)
+    process = FORKSERVER.Process(target=_child, args=(target, *args), daemon=True)
 
     def stop() -> None:  # also when the test failed half-way: no child outlives its test
         if process.is_alive():
             process.kill()
         process.join(TIMEOUT)
 
-    # With the stop signals held, as the engine starts its workers: a suite stopped meanwhile
-    # stops once the child has started and its stop is registered, not half-way through.
-    with run_experiment._signal_mask_kept():
-        run_experiment._hold_stop_signals()
+    # A suite stopped meanwhile stops once the child has started and its stop is registered,
+    # not half-way through.
+    with _stops_held():
         process.start()
         test.addCleanup(stop)
     return process
@@ -322,15 +354,16 @@ def _run_cli(
             for outputs in [process.communicate(timeout=TIMEOUT)]
         ]
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.terminate()  # as `kill` stops it: it stops its workers, removes its files
-        for process in started:
-            try:
-                process.wait(TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        with _stops_held():
+            for process in started:
+                if process.poll() is None:
+                    process.terminate()  # as `kill` does: it stops its workers, removes its files
+            for process in started:
+                try:
+                    process.wait(TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
 
 
 def _tamper(document: Any) -> Any:
@@ -385,14 +418,15 @@ class _Closed(io.StringIO):
 
 
 def _main(
-    *args: str, stdout: io.StringIO | None = None, signalling: bool = False
+    *args: str, stdout: io.StringIO | None = None, signalling: int | None = None
 ) -> tuple[int, str, str]:
     """run_experiment.main(args) in this process: its exit code, stdout and stderr.
 
     For what needs no new interpreter: arguments refused before anything runs, and (with the
     scenarios' play replaced) what the command line makes of a run.  A stop signal that main()
-    reports, unless the caller is `signalling` one itself, came from outside to stop the suite,
-    and is passed on as Ctrl-C.
+    reports, other than the one the caller is `signalling` itself, came from outside to stop
+    the suite, and is passed on as Ctrl-C.  (One from outside that lands while main() handles
+    the caller's own is lost: main() heeds the first only.)
     """
     out, err = stdout or io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -400,7 +434,8 @@ def _main(
             code = run_experiment.main(list(args))
         except SystemExit as exit:  # argparse's own refusals
             code = int(exit.code or 0)
-    if code > run_experiment.EXIT_SIGNALLED and not signalling:
+    own = None if signalling is None else run_experiment.EXIT_SIGNALLED + signalling
+    if code > run_experiment.EXIT_SIGNALLED and code != own:
         raise KeyboardInterrupt(err.getvalue().strip())
     return code, out.getvalue(), err.getvalue()
 
@@ -412,7 +447,7 @@ def _runs() -> _Runs:
     The scenario tests and the command-line test all read the one run of the README's --check
     command.  Its --output is a symlink to an existing file, as a user's may be.
     """
-    with tempfile.TemporaryDirectory(prefix="leases-check-") as folder:
+    with _folder("leases-check-") as folder:
         output, link = os.path.join(folder, "reproduced.json"), os.path.join(folder, "link")
         with open(output, "w", encoding="utf-8") as file:
             file.write("an older reproduction")
@@ -499,21 +534,43 @@ def setUpModule() -> None:
     # stays so.  multiprocessing's resource tracker, which removes the semaphores of the
     # tests' Events and Queues, starts as the engine starts it, with SIGHUP and SIGQUIT held:
     # sent to the whole group, they stop the suite, not the tracker.
-    for name in ("SIGTERM", "SIGHUP", "SIGQUIT"):
-        number = getattr(signal, name, None)
-        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
-            previous = signal.signal(number, signal.default_int_handler)
-            unittest.addModuleCleanup(signal.signal, number, previous)
-    with run_experiment._signal_mask_kept():
+    for number in run_experiment._STOP_SIGNALS:
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            unittest.addModuleCleanup(signal.signal, number, signal.signal(number, _stop_suite))
+    with _stops_held():
         run_experiment._start_resource_tracker()
+    # One raised inside a finalizer, where CPython reports an exception and drops it, is
+    # raised again once the test in progress has ended (see _TestCase).
+    previous_hook = sys.unraisablehook
+
+    def unraisable(report: "sys.UnraisableHookArgs") -> None:
+        if isinstance(report.exc_value, KeyboardInterrupt):
+            _missed_stops.append(str(report.exc_value))
+        else:
+            previous_hook(report)
+
+    sys.unraisablehook = unraisable
+    unittest.addModuleCleanup(setattr, sys, "unraisablehook", previous_hook)
+
+
+# Stops that landed in a finalizer, where they were dropped: see setUpModule.
+_missed_stops: list[str] = []
+
+
+def _stop_suite(number: int, frame: object) -> None:
+    """Stop the suite as Ctrl-C does, once: later stop signals would only cut its way out short."""
+    for each in run_experiment._STOP_SIGNALS:
+        signal.signal(each, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(number).name}")
 
 
 class _TestCase(unittest.TestCase):
-    """A test case whose cleanups run even when the suite is stopped half-way through it.
+    """A test case whose cleanups all run, whole, however the test ends.
 
     unittest skips them when a test is interrupted (by Ctrl-C, or a signal that setUpModule
-    turns into one).  Here they still stop the test's children before its folders go, which
-    removes the folders whole instead of racing a child that writes to them.
+    turns into one), and a second signal would cut one short.  Here they run with the stop
+    signals held, so they stop the test's children before its folders go, and remove the
+    folders whole; the signal is raised once they are done.
     """
 
     def run(self, result: unittest.TestResult | None = None) -> unittest.TestResult | None:
@@ -521,6 +578,12 @@ class _TestCase(unittest.TestCase):
             return super().run(result)
         finally:
             self.doCleanups()
+            if _missed_stops:
+                raise KeyboardInterrupt(_missed_stops[0])
+
+    def doCleanups(self) -> None:
+        with _stops_held():
+            super().doCleanups()
 
 
 class ScenarioTests(_TestCase):
@@ -1026,7 +1089,7 @@ class CommandLineTests(_TestCase):
             play: Callable[[], object],
             *args: str,
             stdout: io.StringIO | None = None,
-            signalling: bool = False,
+            signalling: int | None = None,
         ) -> tuple[int, str, str]:
             played = run_experiment.run_scenarios
             setattr(run_experiment, "run_scenarios", lambda **_: play())  # noqa: B010
@@ -1067,7 +1130,7 @@ class CommandLineTests(_TestCase):
             with self.subTest(signal=number), _heeded(number):
                 code, out, err = main_after(
                     functools.partial(signal.raise_signal, number), "--output", never,
-                    signalling=True,
+                    signalling=number,
                 )
                 self.assertEqual((code, out), (128 + number, ""), err)
                 self.assertEqual(err, f"run_experiment.py: stopped by {number.name}; every "
@@ -1080,7 +1143,9 @@ class CommandLineTests(_TestCase):
             return evidence()
 
         with _heeded(signal.SIGTERM):
-            code, out, err = main_after(finalized_meanwhile, "--output", never, signalling=True)
+            code, out, err = main_after(
+                finalized_meanwhile, "--output", never, signalling=signal.SIGTERM
+            )
         self.assertEqual((code, out), (143, ""), err)
         self.assertNotIn("Traceback", err)
         self.assertFalse(os.path.exists(never))
