@@ -524,9 +524,9 @@ def run_scenarios(
         # Unwinding runs this first: a stop signal then waits until every worker is gone and
         # every folder removed, instead of cutting that short.
         stack.callback(_hold_stop_signals)
-        with _signal_mask_kept():
+        with _stop_signals_held():
             _start_resource_tracker()
-            _hold_stop_signals()
+            _hold_stop_signals()  # starting the tracker let SIGINT and SIGTERM through again
             for play in plays:
                 _guarded(play, play.start, context)
         while not all(play.done for play in plays):
@@ -579,6 +579,14 @@ def _start_resource_tracker() -> None:
 
         _hold_stop_signals()
         resource_tracker.ensure_running()
+
+
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """Hold the stop signals back while the block runs; one sent meanwhile arrives after it."""
+    with _signal_mask_kept():
+        _hold_stop_signals()
+        yield
 
 
 @contextlib.contextmanager

@@ -176,25 +176,13 @@ def _leave_open_in_wal_mode(db_path: str) -> None:
 
 
 @contextlib.contextmanager
-def _stops_held() -> Iterator[None]:
-    """Hold the stop signals back while the block runs, as the engine does while it unwinds.
-
-    One that arrives meanwhile is raised once the block is done, as KeyboardInterrupt (see
-    setUpModule), instead of cutting short what the block does.
-    """
-    with run_experiment._signal_mask_kept():
-        run_experiment._hold_stop_signals()
-        yield
-
-
-@contextlib.contextmanager
 def _folder(prefix: str) -> Iterator[str]:
     """A new temporary folder, removed whole afterwards, however the block ends."""
     folder = tempfile.TemporaryDirectory(prefix=prefix)
     try:
         yield folder.name
     finally:
-        with _stops_held():
+        with run_experiment._stop_signals_held():
             folder.cleanup()
 
 
@@ -227,7 +215,7 @@ def _start(test: unittest.TestCase, target: Callable[..., Any], *args: Any) -> B
 
     # A suite stopped meanwhile stops once the child has started and its stop is registered,
     # not half-way through.
-    with _stops_held():
+    with run_experiment._stop_signals_held():
         process.start()
         test.addCleanup(stop)
     return process
@@ -354,7 +342,7 @@ def _run_cli(
             for outputs in [process.communicate(timeout=TIMEOUT)]
         ]
     finally:
-        with _stops_held():
+        with run_experiment._stop_signals_held():
             for process in started:
                 if process.poll() is None:
                     process.terminate()  # as `kill` does: it stops its workers, removes its files
@@ -537,7 +525,7 @@ def setUpModule() -> None:
     for number in run_experiment._STOP_SIGNALS:
         if signal.getsignal(number) is not signal.SIG_IGN:
             unittest.addModuleCleanup(signal.signal, number, signal.signal(number, _stop_suite))
-    with _stops_held():
+    with run_experiment._stop_signals_held():
         run_experiment._start_resource_tracker()
     # One raised inside a finalizer, where CPython reports an exception and drops it, is
     # raised again once the test in progress has ended (see _TestCase).
@@ -558,7 +546,12 @@ _missed_stops: list[str] = []
 
 
 def _stop_suite(number: int, frame: object) -> None:
-    """Stop the suite as Ctrl-C does, once: later stop signals would only cut its way out short."""
+    """Stop the suite as Ctrl-C does, once: later stop signals would only cut its way out short.
+
+    The engine's own handler (run_experiment._stop_signals_raise) raises _Stopped, for main()
+    to catch; the suite needs KeyboardInterrupt itself, which unittest lets through and after
+    which Python ends as an interrupted program.
+    """
     for each in run_experiment._STOP_SIGNALS:
         signal.signal(each, signal.SIG_IGN)
     raise KeyboardInterrupt(f"stopped by {signal.Signals(number).name}")
@@ -582,7 +575,7 @@ class _TestCase(unittest.TestCase):
                 raise KeyboardInterrupt(_missed_stops[0])
 
     def doCleanups(self) -> None:
-        with _stops_held():
+        with run_experiment._stop_signals_held():
             super().doCleanups()
 
 
