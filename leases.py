@@ -23,9 +23,7 @@ import enum
 import os
 import sqlite3
 import stat
-import tempfile
 from collections.abc import Iterator
-from types import TracebackType
 from typing import NamedTuple, TypeVar
 
 __all__ = [
@@ -93,9 +91,6 @@ class LeaseHeld(LeaseError):
         self.epoch = lease.epoch
         self.expires_at = lease.expires_at
 
-    def __reduce__(self) -> tuple[type["LeaseHeld"], tuple[Lease]]:
-        return type(self), (self.lease,)
-
 
 class LeaseLost(LeaseError):
     """`lease` is no longer the current lease of its resource; `current` is, or None."""
@@ -109,231 +104,35 @@ class LeaseLost(LeaseError):
         self.current = current
         self.reason = reason
 
-    def __reduce__(self) -> tuple[type["LeaseLost"], tuple[Lease, Lease | None, str]]:
-        return type(self), (self.lease, self.current, self.reason)
+
+# --- the rules: when a lease is live, and what a fenced receiver applies ---
 
 
-# --- validation: every check runs before a transaction starts, so bad input changes nothing ---
+class _Row(NamedTuple):
+    """A resource's row at the authority: its latest lease, or just its epoch once released."""
+
+    resource: str
+    holder: str | None  # None once released; the epoch stays, so it is never granted again
+    epoch: int
+    expires_at: int
+
+    def lease(self) -> Lease | None:
+        if self.holder is None:
+            return None
+        return Lease(self.resource, self.holder, self.epoch, self.expires_at)
+
+    def live_lease(self, now: int) -> Lease | None:
+        # The one expiry rule: a lease is live before its expiry tick, and expired at it.
+        return self.lease() if now < self.expires_at else None
 
 
-def _check_text(name: str, value: object, *, empty_ok: bool = False) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {value!r}")
-    if not value and not empty_ok:
-        raise ValueError(f"{name} must be a non-empty str, got {value!r}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{name} must be encodable as UTF-8, got {value!r}") from None
-    return value
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> int:
-    # bool is an int subclass, but True is not a tick, a duration or an epoch.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if not minimum <= value <= _SQLITE_INT_MAX:
-        raise ValueError(
-            f"{name} must be an int from {minimum} to {_SQLITE_INT_MAX}, got {value!r}"
-        )
-    return value
-
-
-def _check_expiry(now: object, ttl: object) -> int:
-    expires_at = _check_int("now", now, minimum=0) + _check_int("ttl", ttl, minimum=1)
-    if expires_at > _SQLITE_INT_MAX:
-        raise ValueError(f"now + ttl must not exceed {_SQLITE_INT_MAX}, got {now!r} + {ttl!r}")
-    return expires_at
-
-
-def _check_lease(value: object) -> Lease:
-    if not isinstance(value, Lease):
-        raise TypeError(f"lease must be a Lease, got {value!r}")
-    _check_text("lease.resource", value.resource)
-    _check_text("lease.holder", value.holder)
-    _check_int("lease.epoch", value.epoch, minimum=1)
-    return value
-
-
-# --- storage: one way to open a database, one way to use it ---
-
-# Every table of the model, as SQLite keeps its CREATE statement.  The authority and the
-# receiver may share a file, so each checks the shape of both and creates its own.
-_TABLES = {
-    "leases": (
-        "CREATE TABLE leases ("
-        " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
-        " expires_at INTEGER NOT NULL) WITHOUT ROWID"
-    ),
-    "receiver_decisions": (
-        "CREATE TABLE receiver_decisions ("
-        " fenced INTEGER NOT NULL, resource TEXT NOT NULL, seq INTEGER NOT NULL,"
-        " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
-        " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL,"
-        " PRIMARY KEY (fenced, resource, seq)) WITHOUT ROWID"
-    ),
-}
-
-_SMALLEST_DATABASE = 512  # bytes: the smallest page SQLite writes, and so the smallest file
-
-
-def _check_path(path: object) -> str:
-    """The absolute path of a database file, or TypeError/ValueError naming `path`."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
-    name = os.fspath(path)
-    if not isinstance(name, str):
-        raise TypeError(f"path must name a file with a str, got {path!r}")
-    if not name or "\x00" in name:
-        raise ValueError(f"path must be a non-empty file name without NUL, got {path!r}")
-    # The model is several processes sharing one file: a private in-memory database, or a
-    # URI that SQLite might read as options, would model nothing and could leave stray files.
-    if name == ":memory:" or name.startswith("file:"):
-        raise ValueError(f"path must be a plain file path, not an SQLite special name: {path!r}")
-    return os.path.abspath(name)
-
-
-def _connect(path: str, table: str) -> sqlite3.Connection:
-    """Open the database at `path` (absolute) with `table` in it, or raise LeaseError.
-
-    An existing file is checked before SQLite may change it: it must be a regular SQLite file,
-    and whatever of the model's tables it already has must have exactly the model's shape.
-    The check reads through a read-only connection, so that a refused database is left as it
-    was, its log (in WAL mode) included: a connection that could write would fold the log into
-    the file as it closed.
-    """
-    folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        raise LeaseError(f"cannot open database path {path!r}: folder {folder!r} does not exist")
-    try:
-        if not os.path.lexists(path):
-            _create(path, folder)
-        _check_file(path)
-        look = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
-        with contextlib.closing(look):
-            missing = table in _missing_tables(look, path)
-        # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
-        connection = sqlite3.connect(
-            _uri(path, "rw"),
-            uri=True,
-            timeout=BUSY_TIMEOUT_SECONDS,
-            isolation_level=None,  # the sqlite3 module starts no transaction of its own; we do
-        )
-    except (OSError, sqlite3.Error) as exc:
-        raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
-    try:
-        # Only a database without our table needs the write lock here: opening must not wait
-        # for a writer.  Inside the lock, look again: another process may have been first.
-        if missing:
-            with _transaction(connection):
-                if table in _missing_tables(connection, path):
-                    connection.execute(_TABLES[table])
-        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
-        if mode != "wal":  # only a file made by someone else; ours are WAL from the start
-            connection.execute("PRAGMA journal_mode=WAL")
-    except BaseException as exc:
-        connection.close()
-        if isinstance(exc, sqlite3.Error):
-            raise LeaseError(f"cannot use database {path!r}: {_reason(exc)}") from exc
-        raise
-    return connection
-
-
-def _check_file(path: str) -> None:
-    """Refuse, unchanged, anything at `path` that cannot be an SQLite database file.
-
-    The file is only stat()ed, never opened here: closing any descriptor of a file drops every
-    POSIX lock this process holds on it, including the locks of SQLite connections already
-    open on it.  SQLite itself refuses a file of 512 bytes or more that is not a database.
-    """
-    status = os.stat(path)  # follows a symbolic link: its target is what SQLite opens
-    if not stat.S_ISREG(status.st_mode):
-        raise LeaseError(f"cannot open database path {path!r}: it is not a regular file")
-    if status.st_size < _SMALLEST_DATABASE:
-        # SQLite would take a file this short for an empty database and write over it.
-        raise LeaseError(
-            f"cannot open database path {path!r}: at {status.st_size} bytes it is too short "
-            "for an SQLite database; it was left as it is"
-        )
-
-
-def _missing_tables(connection: sqlite3.Connection, path: str) -> list[str]:
-    """The model's tables that are missing; LeaseError if a name of theirs is otherwise taken.
-
-    SQLite's names ignore case, and tables, views, indexes and triggers share them.  A trigger
-    on a model table would change what its statements do, so it is refused too.
-    """
-    found = connection.execute(
-        "SELECT type, name, sql FROM sqlite_master WHERE lower(name) IN (?, ?)"
-        " OR (type = 'trigger' AND lower(tbl_name) IN (?, ?))",
-        (*_TABLES, *_TABLES),
-    ).fetchall()
-    for kind, name, statement in found:
-        if (kind, statement) != ("table", _TABLES.get(name)):
-            raise LeaseError(
-                f"cannot use database {path!r}: it has a {kind} {name!r} that is not the "
-                "model's; it was left as it is"
-            )
-    return [table for table in _TABLES if table not in {name for _, name, _ in found}]
-
-
-def _uri(path: str, mode: str) -> str:
-    """An SQLite URI for the file `path`, every byte that is not plainly safe escaped.
-
-    A URI is the only way to ask SQLite not to create a file (mode=rw); escaping bytes rather
-    than characters also carries a file name that is not valid UTF-8.
-    """
-    safe = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/-_.~"
-    name = "".join(chr(b) if b in safe else f"%{b:02X}" for b in os.fsencode(path))
-    return f"file:{name}?mode={mode}"
-
-
-def _reason(exc: BaseException) -> str:
-    return str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
-
-
-def _create(path: str, folder: str) -> None:
-    """Put an empty WAL database at `path` in one atomic step, unless another process did.
-
-    Switching a file to WAL needs the file to itself, so processes that open one new file at
-    the same moment can see "database is locked".  Here the switch happens on a private draft
-    that is then linked into place: `path` is always either absent or already in WAL mode.
-    """
-    # SQLite would take these for the new database's own, and delete or replay them.  Once
-    # `path` exists they are its own: another process created it meanwhile.
-    for stray in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):
-        if os.path.lexists(stray):
-            if os.path.lexists(path):
-                return
-            raise LeaseError(
-                f"cannot create database {path!r}: {stray!r} is in the way; it was left as it is"
-            )
-    descriptor, draft = tempfile.mkstemp(dir=folder, prefix=".leases-", suffix=".draft")
-    os.close(descriptor)
-    try:
-        with contextlib.closing(sqlite3.connect(_uri(draft, "rwc"), uri=True)) as connection:
-            connection.execute("PRAGMA journal_mode=WAL")
-        with contextlib.suppress(FileExistsError):  # another process was first: use its file
-            os.link(draft, path)
-    finally:
-        os.unlink(draft)
-
-
-@contextlib.contextmanager
-def _transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """Run the block as one write transaction, rolled back if it raises.
-
-    IMMEDIATE takes the write lock before the first read, so a read-decide-write block cannot
-    interleave with another writer; a deferred BEGIN would read, then fail to upgrade.
-    """
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        yield connection
-    except BaseException:
-        if connection.in_transaction:  # SQLite may have rolled back already, on some errors
-            connection.execute("ROLLBACK")
-        raise
-    connection.execute("COMMIT")
+def _decide(stored: tuple[int, str] | None, epoch: int, value: str) -> Outcome:
+    """The fence: compare a write with what the receiver has already stored."""
+    if stored is None or epoch > stored[0]:
+        return Outcome.APPLIED
+    if epoch < stored[0]:
+        return Outcome.STALE
+    return Outcome.REPLAY if value == stored[1] else Outcome.CONFLICT
 
 
 _D = TypeVar("_D", bound="_Database")
@@ -342,12 +141,11 @@ _D = TypeVar("_D", bound="_Database")
 class _Database:
     """A connection of this process's own, closed by `close()` or at the end of a `with`."""
 
-    _TABLE = ""  # its table in _TABLES
     _KIND = "database"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = _check_path(path)
-        self._connection: sqlite3.Connection | None = _connect(self.path, self._TABLE)
+        self._connection: sqlite3.Connection | None = _connect(self.path)
 
     def close(self) -> None:
         """Close the connection; closing again does nothing."""
@@ -376,41 +174,17 @@ class _Database:
     def __enter__(self: _D) -> _D:  # noqa: PYI019 - typing.Self is 3.11+, we support 3.10
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
 # --- the authority ---
 
 
-class _Row(NamedTuple):
-    """A resource's row at the authority: its latest lease, or just its epoch once released."""
-
-    resource: str
-    holder: str | None  # None once released; the epoch stays, so it is never granted again
-    epoch: int
-    expires_at: int
-
-    def lease(self) -> Lease | None:
-        if self.holder is None:
-            return None
-        return Lease(self.resource, self.holder, self.epoch, self.expires_at)
-
-    def live_lease(self, now: int) -> Lease | None:
-        # The one expiry rule: a lease is live before its expiry tick, and expired at it.
-        return self.lease() if now < self.expires_at else None
-
-
 class LeaseAuthority(_Database):
     """The single trusted source of leases and epochs."""
 
     _KIND = "lease authority"
-    _TABLE = "leases"
 
     def acquire(self, resource: str, holder: str, *, now: int, ttl: int) -> Lease:
         """Grant `resource` to `holder` with the next epoch, or raise LeaseHeld if it is live."""
@@ -422,6 +196,8 @@ class LeaseAuthority(_Database):
             held = None if row is None else row.live_lease(now)
             if held is not None:
                 raise LeaseHeld(held)
+            if row is not None and row.epoch >= _SQLITE_INT_MAX:
+                raise LeaseError(f"resource {resource!r} has used its last epoch, {row.epoch}")
             lease = Lease(resource, holder, 1 if row is None else row.epoch + 1, expires_at)
             connection.execute(
                 "INSERT INTO leases (resource, holder, epoch, expires_at) VALUES (?, ?, ?, ?)"
@@ -500,15 +276,6 @@ class LeaseAuthority(_Database):
 # --- the receiver ---
 
 
-def _decide(stored: tuple[int, str] | None, epoch: int, value: str) -> Outcome:
-    """The fence: compare a write with what the receiver has already stored."""
-    if stored is None or epoch > stored[0]:
-        return Outcome.APPLIED
-    if epoch < stored[0]:
-        return Outcome.STALE
-    return Outcome.REPLAY if value == stored[1] else Outcome.CONFLICT
-
-
 class Receiver(_Database):
     """A service that holders write to; fenced, it refuses epochs older than it has stored.
 
@@ -520,7 +287,6 @@ class Receiver(_Database):
     """
 
     _KIND = "receiver"
-    _TABLE = "receiver_decisions"
 
     def __init__(self, path: str | os.PathLike[str], *, fenced: bool = True) -> None:
         if not isinstance(fenced, bool):
@@ -573,3 +339,211 @@ class Receiver(_Database):
             (self.fenced, resource),
         ).fetchone()
         return (0, None) if row is None else (row[0], (row[1], row[2]))
+
+
+# --- validation: every check runs before a transaction starts, so bad input changes nothing ---
+
+
+def _check_text(name: str, value: object, *, empty_ok: bool = False) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {value!r}")
+    if not value and not empty_ok:
+        raise ValueError(f"{name} must be a non-empty str, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} must be encodable as UTF-8, got {value!r}") from None
+    return value
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> int:
+    # bool is an int subclass, but True is not a tick, a duration or an epoch.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if not minimum <= value <= _SQLITE_INT_MAX:
+        raise ValueError(
+            f"{name} must be an int from {minimum} to {_SQLITE_INT_MAX}, got {value!r}"
+        )
+    return value
+
+
+def _check_expiry(now: object, ttl: object) -> int:
+    expires_at = _check_int("now", now, minimum=0) + _check_int("ttl", ttl, minimum=1)
+    if expires_at > _SQLITE_INT_MAX:
+        raise ValueError(f"now + ttl must not exceed {_SQLITE_INT_MAX}, got {now!r} + {ttl!r}")
+    return expires_at
+
+
+def _check_lease(value: object) -> Lease:
+    if not isinstance(value, Lease):
+        raise TypeError(f"lease must be a Lease, got {value!r}")
+    _check_text("lease.resource", value.resource)
+    _check_text("lease.holder", value.holder)
+    _check_int("lease.epoch", value.epoch, minimum=1)
+    return value
+
+
+# --- storage: one way to open a database, one way to use it ---
+
+# Every table of the model, as SQLite keeps its CREATE statement.  A database this library
+# makes has both, so that the authority and the receiver can share one file.
+_TABLES = {
+    "leases": (
+        "CREATE TABLE leases ("
+        " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
+        " expires_at INTEGER NOT NULL) WITHOUT ROWID"
+    ),
+    "receiver_decisions": (
+        "CREATE TABLE receiver_decisions ("
+        " fenced INTEGER NOT NULL, resource TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
+        " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL,"
+        " PRIMARY KEY (fenced, resource, seq)) WITHOUT ROWID"
+    ),
+}
+
+
+def _check_path(path: object) -> str:
+    """The absolute path of a database file, or TypeError/ValueError naming `path`."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
+    name = os.fspath(path)
+    if not isinstance(name, str):
+        raise TypeError(f"path must name a file with a str, got {path!r}")
+    if not name or "\x00" in name:
+        raise ValueError(f"path must be a non-empty file name without NUL, got {path!r}")
+    # The model is several processes sharing one file: a private in-memory database, or a
+    # URI that SQLite might read as options, would model nothing and could leave stray files.
+    if name == ":memory:" or name.startswith("file:"):
+        raise ValueError(f"path must be a plain file path, not an SQLite special name: {path!r}")
+    try:
+        return os.path.abspath(name)
+    except OSError as exc:  # a relative name, and the working folder is gone
+        raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    """Open the database at `path` (absolute), making it if nothing is there; else LeaseError.
+
+    A file that is there already must be a database this library made, and is checked before
+    SQLite may change it, through a read-only connection: a connection that could write would
+    fold a refused database's log (in WAL mode) into the file as it closed.
+    """
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise LeaseError(f"cannot open database path {path!r}: folder {folder!r} does not exist")
+    try:
+        if not os.path.lexists(path):
+            _create(path)
+        _check_file(path)
+        look = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+        with contextlib.closing(look):
+            _check_tables(look, path)
+        # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
+        return sqlite3.connect(
+            _uri(path, "rw"),
+            uri=True,
+            timeout=BUSY_TIMEOUT_SECONDS,
+            isolation_level=None,  # the sqlite3 module starts no transaction of its own; we do
+        )
+    except (OSError, sqlite3.Error) as exc:
+        raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
+
+
+def _check_file(path: str) -> None:
+    """Refuse, unchanged, anything at `path` that is not a regular file (a FIFO would block).
+
+    The file is only stat()ed, never opened here: closing any descriptor of a file drops every
+    POSIX lock this process holds on it, including the locks of SQLite connections already
+    open on it.  What is in it is for SQLite and _check_tables to judge.
+    """
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a symbolic link's target is what SQLite opens
+        raise LeaseError(f"cannot open database path {path!r}: it is not a regular file")
+
+
+def _check_tables(connection: sqlite3.Connection, path: str) -> None:
+    """LeaseError unless the model's tables are there, exactly as this library makes them.
+
+    SQLite's names ignore case, and tables, views, indexes and triggers share them.  A trigger
+    on a model table would change what its statements do, so it is refused too.  Tables of
+    other names are no concern of the model's.
+    """
+    found = connection.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE lower(name) IN (?, ?)"
+        " OR (type = 'trigger' AND lower(tbl_name) IN (?, ?))",
+        (*_TABLES, *_TABLES),
+    ).fetchall()
+    if sorted(found) != sorted(("table", name, sql) for name, sql in _TABLES.items()):
+        raise LeaseError(
+            f"cannot use database {path!r}: its tables are not exactly the model's "
+            f"{' and '.join(_TABLES)}; it was left as it is"
+        )
+
+
+def _uri(path: str, mode: str) -> str:
+    """An SQLite URI for the file `path`, every byte that is not plainly safe escaped.
+
+    A URI is the only way to ask SQLite not to create a file (mode=rw); escaping bytes rather
+    than characters also carries a file name that is not valid UTF-8.
+    """
+    safe = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/-_.~"
+    name = "".join(chr(b) if b in safe else f"%{b:02X}" for b in os.fsencode(path))
+    return f"file:{name}?mode={mode}"
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
+
+
+def _create(path: str) -> None:
+    """Put a whole new WAL database with the model's tables at `path`, unless one is there.
+
+    It is made as a draft beside `path` and linked into place in one step, so that `path` is
+    always either absent or finished: processes that open one new file at the same moment
+    never see it half made, and a draft that cannot be finished (a full disk) is removed,
+    leaving nothing at `path`.  Like any new file, it gets the mode the umask allows.
+    """
+    # SQLite would take these for the new database's own, and replay or delete them.  Once
+    # `path` exists they are its own: another process created it meanwhile.  (lstat also
+    # refuses a name too long to have them, before anything is made.)
+    for stray in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.lstat(stray)
+            if os.path.lexists(path):
+                return
+            raise LeaseError(
+                f"cannot create database {path!r}: {stray!r} is in the way; it was left as it is"
+            )
+    draft = os.path.join(os.path.dirname(path), f".leases-{os.urandom(8).hex()}.draft")
+    os.close(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        connection = sqlite3.connect(_uri(draft, "rw"), uri=True, isolation_level=None)
+        with contextlib.closing(connection):
+            for statement in _TABLES.values():
+                connection.execute(statement)
+            (mode,) = connection.execute("PRAGMA journal_mode=WAL").fetchone()
+        if mode != "wal":
+            raise sqlite3.OperationalError(f"the new database stayed in {mode!r} mode, not WAL")
+        with contextlib.suppress(FileExistsError):  # another process was first: use its file
+            os.link(draft, path)
+    finally:
+        for name in (draft, f"{draft}-wal", f"{draft}-shm", f"{draft}-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+
+
+@contextlib.contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """Run the block as one write transaction, rolled back if it raises.
+
+    IMMEDIATE takes the write lock before the first read, so a read-decide-write block cannot
+    interleave with another writer; a deferred BEGIN would read, then fail to upgrade.
+    """
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield connection
+        connection.execute("COMMIT")  # inside: a COMMIT that fails (a full disk) rolls back too
+    except BaseException:
+        if connection.in_transaction:  # SQLite may have rolled back already, on some errors
+            connection.execute("ROLLBACK")
+        raise
