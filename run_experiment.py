@@ -8,25 +8,28 @@ one Event at a time and waits for that step's report (and, after a worker's last
 worker to exit) before it sets the next, so the order of events comes from these handshakes
 alone, never from timing.  Every wait is bounded; nothing sleeps.
 
-`--explore` plays every schedule of a small configuration against the real code instead: see
-the section "exploring every schedule" below.
+`--explore` plays every schedule of a small bound against the real code instead: see the
+section "exploring every schedule".
 """
 
 import contextlib
 import enum
 import json
+import math
 import multiprocessing
 import os
 import queue
 import shutil
 import signal
+import sqlite3
 import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from leases import Lease, LeaseAuthority, LeaseError, LeaseHeld, LeaseLost, Receiver
 
@@ -37,15 +40,16 @@ if TYPE_CHECKING:  # only for annotations: the spawn context makes the real obje
     from multiprocessing.synchronize import Event
 
 __all__ = [
-    "DEFAULT_TIMEOUT",
     "EXIT_CODES",
     "SCENARIOS",
     "Action",
+    "Bound",
     "ExperimentError",
     "Scenario",
     "Step",
     "canonical_json",
     "differences",
+    "explore",
     "judge",
     "main",
     "run_scenarios",
@@ -53,9 +57,7 @@ __all__ = [
 ]
 
 RESOURCE = "quarterly-report"
-# Only bounds a hung step; no step waits for it to pass.
-DEFAULT_TIMEOUT = 60.0
-MAX_TIMEOUT = 1_000_000.0  # a bound that every wait of the platform's can take
+DEFAULT_TIMEOUT = 60.0  # seconds: only bounds a hung step; no step waits for it to pass
 
 
 # --- the model: steps and scenarios ---
@@ -79,20 +81,16 @@ class Step:
     value: str | None = None  # write only
 
     def __post_init__(self) -> None:
-        if not isinstance(self.action, Action):
-            raise TypeError(f"step {self!r}: action must be an Action")
         wants_ttl = self.action in (Action.ACQUIRE, Action.RENEW)
-        if not isinstance(self.actor, str) or not self.actor:
-            problem = "actor must be a non-empty str"
-        elif not _is_tick(self.tick):
-            problem = "tick must be an int >= 0"
-        elif wants_ttl != (_is_tick(self.ttl) and self.ttl != 0):
-            problem = f"{'a' if wants_ttl else 'no'} ttl (an int >= 1) is needed"
-        elif (self.action is Action.WRITE) != isinstance(self.value, str):
-            problem = "a write needs a value (a str); nothing else takes one"
-        else:
-            return
-        raise ValueError(f"step {self!r}: {problem}")
+        if not isinstance(self.action, Action) or not isinstance(self.actor, str):
+            raise TypeError(f"step {self!r}: actor must be a str and action an Action")
+        if not self.actor or not _is_tick(self.tick):
+            raise ValueError(f"step {self!r}: actor must not be empty, tick must be an int >= 0")
+        if wants_ttl != (_is_tick(self.ttl) and self.ttl != 0):
+            raise ValueError(f"step {self!r}: acquire and renew need a ttl (an int >= 1), "
+                             "other actions none")
+        if (self.action is Action.WRITE) != isinstance(self.value, str):
+            raise ValueError(f"step {self!r}: a write needs a value (a str), other actions none")
 
     def __str__(self) -> str:
         return f"{self.actor} {self.action.value} at tick {self.tick}"
@@ -117,21 +115,17 @@ class Scenario:
 
     def __post_init__(self) -> None:
         where = f"scenario {self.name!r}"
-        if not isinstance(self.name, str) or not isinstance(self.summary, str):
-            raise TypeError(f"{where}: name and summary must be str")
-        if not isinstance(self.fenced, bool):
-            raise TypeError(f"{where}: fenced must be a bool, got {self.fenced!r}")
         if not isinstance(self.steps, tuple) or not all(isinstance(s, Step) for s in self.steps):
             raise TypeError(f"{where}: steps must be a tuple of Step, got {self.steps!r}")
-        if not self.name or not self.steps:
-            raise ValueError(f"{where}: name and steps must not be empty")
+        if not (isinstance(self.name, str) and self.name and self.steps):
+            raise ValueError(f"{where}: name (a str) and steps must not be empty")
+        if not isinstance(self.fenced, bool) or not isinstance(self.summary, str):
+            raise TypeError(f"{where}: fenced must be a bool and summary a str")
         for index, step in enumerate(self.steps):
-            if index and step.tick < self.steps[index - 1].tick:
-                problem = f"tick {step.tick} comes after tick {self.steps[index - 1].tick}"
-            elif step.action is not Action.ACQUIRE and not any(
-                earlier.actor == step.actor and earlier.action is Action.ACQUIRE
-                for earlier in self.steps[:index]
-            ):
+            earlier = self.steps[:index]
+            if earlier and step.tick < earlier[-1].tick:
+                problem = f"tick {step.tick} comes after tick {earlier[-1].tick}"
+            elif step.action is not Action.ACQUIRE and step.actor not in _acquirers(earlier):
                 problem = f"{step.actor} has not acquired yet"
             else:
                 continue
@@ -140,6 +134,10 @@ class Scenario:
     @property
     def actors(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(step.actor for step in self.steps))
+
+
+def _acquirers(steps: Sequence[Step]) -> set[str]:
+    return {step.actor for step in steps if step.action is Action.ACQUIRE}
 
 
 # A holds a lease from tick 0 to tick 10; B takes over at tick 10, the exact tick A's lease
@@ -198,58 +196,48 @@ def _perform(
     lost renewal or a release leaves it none, and a write goes out with whatever lease it
     holds, expired or not, since nothing in the actor checks the time.
     """
-    happened: dict[str, Any] = {}
     if step.action is Action.ACQUIRE:
         assert step.ttl is not None  # Step checked it
         try:
-            got = authority.acquire(RESOURCE, step.actor, now=step.tick, ttl=step.ttl)
-            lease, happened = got, {**_lease_json(got), "outcome": "granted"}
+            lease = authority.acquire(RESOURCE, step.actor, now=step.tick, ttl=step.ttl)
         except LeaseHeld as held:
-            happened = {**_lease_json(held.lease), "outcome": "held"}
-    elif lease is None:
-        happened = {"outcome": "no lease"}  # it never got one, lost it, or gave it back
-    elif step.action is Action.WRITE:
+            return lease, _event(step, "held", held.epoch, held.expires_at)
+        return lease, _event(step, "granted", lease.epoch, lease.expires_at)
+    if lease is None:  # it never got one, lost it, or gave it back
+        return None, _event(step, "no lease")
+    if step.action is Action.WRITE:
         return lease, _write(step, lease, receiver)
-    else:
-        try:
-            if step.action is Action.RENEW:
-                assert step.ttl is not None  # Step checked it
-                lease = authority.renew(lease, now=step.tick, ttl=step.ttl)
-                happened = {**_lease_json(lease), "outcome": "renewed"}
-            else:
-                authority.release(lease)
-                happened, lease = {"epoch": lease.epoch, "outcome": "released"}, None
-        except LeaseLost as lost:
-            happened, lease = {"epoch": lost.lease.epoch, "outcome": "lost"}, None
-    return lease, _event(step, happened)
+    try:
+        if step.action is Action.RENEW:
+            assert step.ttl is not None  # Step checked it
+            lease = authority.renew(lease, now=step.tick, ttl=step.ttl)
+            return lease, _event(step, "renewed", lease.epoch, lease.expires_at)
+        authority.release(lease)
+        return None, _event(step, "released", lease.epoch)
+    except LeaseLost:
+        return None, _event(step, "lost", lease.epoch)
 
 
 def _write(step: Step, lease: Lease, receiver: Receiver) -> dict[str, Any]:
     """Send the value of a write `step` to `receiver`, with the epoch of `lease`."""
     assert step.value is not None  # Step checked it
     result = receiver.write(RESOURCE, lease.epoch, step.value)
-    return _event(step, {
-        "epoch": result.epoch,
-        "value": result.value,
-        "outcome": result.outcome.value,
-        "stored_epoch": result.stored_epoch,
-        "stored_value": result.stored_value,
-    })
+    stored = (result.stored_epoch, result.stored_value)
+    return _event(step, result.outcome.value, result.epoch, None, result.value, stored)
 
 
-def _event(step: Step, happened: dict[str, Any]) -> dict[str, Any]:
+def _event(
+    step: Step,
+    outcome: str,
+    epoch: int | None = None,
+    expires_at: int | None = None,
+    value: str | None = None,
+    stored: tuple[int | None, str | None] = (None, None),
+) -> dict[str, Any]:
     """One step as the evidence records it: every field present, null where it does not apply."""
-    fields = ("epoch", "expires_at", "value", "outcome", "stored_epoch", "stored_value")
-    return {
-        "actor": step.actor,
-        "action": step.action.value,
-        "tick": step.tick,
-        **{field: happened.get(field) for field in fields},
-    }
-
-
-def _lease_json(lease: Lease) -> dict[str, Any]:
-    return {"holder": lease.holder, "epoch": lease.epoch, "expires_at": lease.expires_at}
+    return {"actor": step.actor, "action": step.action.value, "tick": step.tick,
+            "epoch": epoch, "expires_at": expires_at, "value": value, "outcome": outcome,
+            "stored_epoch": stored[0], "stored_value": stored[1]}
 
 
 def judge(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -275,9 +263,7 @@ def judge(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if event["outcome"] in ("granted", "renewed"):
             expires_at[event["actor"]] = event["expires_at"]
             newest_epoch = max(newest_epoch, event["epoch"])
-        if event["action"] != Action.WRITE.value or event["outcome"] == "no lease":
-            continue
-        if event["outcome"] == "applied":
+        elif event["outcome"] == "applied":
             if event["actor"] not in expires_at:
                 raise ValueError(f"event {index} {event!r}: a write by an actor with no lease")
             if event["epoch"] < newest_epoch:
@@ -290,7 +276,8 @@ def judge(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
             because["final_value_written_by"] = [index]
         elif event["outcome"] in refused:
             because[refused[event["outcome"]]].append(index)
-        stored_epoch = event["stored_epoch"]
+        if event["stored_epoch"] is not None:
+            stored_epoch = event["stored_epoch"]
     final = because["final_value_written_by"]
     return {
         **{field: bool(because[field]) for field in list(because)[:3]},
@@ -300,17 +287,10 @@ def judge(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-class ExperimentError(Exception):
-    """A scenario failed or hung; `scenario` and `step` say where."""
-
-    def __init__(self, scenario: str, step: str, problem: str) -> None:
-        super().__init__(f"scenario {scenario!r}, {step}: {problem}")
-        self.scenario = scenario
-        self.step = step
-        self.problem = problem
-
-
 # --- the worker: a child process, told everything by its arguments ---
+
+# A worker's report of one step: (its index, the event, None), or (index, None, the problem).
+_Report = tuple[int, dict[str, Any] | None, str | None]
 
 
 def _worker(
@@ -318,18 +298,18 @@ def _worker(
     fenced: bool,
     script: Sequence[tuple[int, Step]],
     released: Sequence["Event"],
-    reports: "Queue[tuple[int, dict[str, Any] | None, str | None]]",
+    reports: "Queue[_Report]",
     backstop: float,
 ) -> None:
     """Perform each (index, step) of `script` once `released[index]` is set; report each.
 
-    A report is (index, event, None), or (index, None, what went wrong): an arbitrary
-    exception may not survive pickling.  `backstop` bounds each wait only in case the engine
-    is gone.  The worker owns nothing and removes nothing: the engine owns the folder.
+    A failure is reported as text, since an arbitrary exception may not survive pickling.
+    `backstop` bounds each wait only in case the engine is gone.  The worker owns nothing and
+    removes nothing: the engine owns the scenario's folder.
     """
     # Stopping is the engine's: it kills its workers itself, so that Ctrl-C, sent to the whole
-    # process group, ends the run once and prints one line.  The engine started this process
-    # with the stop signals held; a pending one is dropped here, but SIGTERM stays fatal.
+    # process group, ends the run once, in one line.  The engine started this process with the
+    # stop signals held; a pending one is dropped here, but SIGTERM stays fatal.
     for number in _STOP_SIGNALS:
         if number != signal.SIGTERM:
             signal.signal(number, signal.SIG_IGN)
@@ -352,6 +332,16 @@ def _worker(
 # --- the engine ---
 
 
+class ExperimentError(Exception):
+    """A scenario failed or hung; `scenario` and `step` say where."""
+
+    def __init__(self, scenario: str, step: str, problem: str) -> None:
+        super().__init__(f"scenario {scenario!r}, {step}: {problem}")
+        self.scenario = scenario
+        self.step = step
+        self.problem = problem
+
+
 @dataclass(frozen=True)
 class _Play:
     """A scenario ready to play: its database, one Event per step, its workers, their Queue."""
@@ -359,7 +349,7 @@ class _Play:
     scenario: Scenario
     db_path: str
     released: list["Event"]
-    reports: "Queue[tuple[int, dict[str, Any] | None, str | None]]"
+    reports: "Queue[_Report]"
     workers: dict[str, "BaseProcess"]
 
 
@@ -373,13 +363,19 @@ def run_scenarios(
     or raises: when a scenario fails (ExperimentError), and when the run is interrupted, by
     KeyboardInterrupt or any other exception, wherever the wait happens to be.
     """
-    _check_timeout(timeout)
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # A spawned worker, still starting, imports its caller's script: the flag is the one
+        # multiprocessing checks before it refuses to start a process then.
+        raise SystemExit("run_scenarios() ran while a worker imported your script: "
+                         'call it under `if __name__ == "__main__":`')
     if isinstance(scenarios, (str, bytes)) or not all(isinstance(s, Scenario) for s in scenarios):
         raise TypeError(f"scenarios must be a sequence of Scenario, got {scenarios!r}")
     names = [scenario.name for scenario in scenarios]
     if not names or len(set(names)) != len(names):
         raise ValueError(f"scenarios must be a non-empty sequence with distinct names: {names!r}")
-    backstop = min(timeout * (sum(len(s.steps) + 1 for s in scenarios) + 1), MAX_TIMEOUT)
+    if not isinstance(timeout, (int, float)) or not 0 < timeout <= 1e6:
+        raise ValueError(f"timeout must be a number of seconds from 0 to 1e6, got {timeout!r}")
+    backstop = timeout * (sum(len(s.steps) + 1 for s in scenarios) + 1)
     context = multiprocessing.get_context("spawn")
     with _CleanUp() as cleanup:
         plays = []  # kept to the end: a worker still starting up needs its Events to exist
@@ -389,14 +385,14 @@ def run_scenarios(
 
 
 class _CleanUp(contextlib.ExitStack):
-    """An ExitStack that runs its callbacks with the stop signals held.
+    """An ExitStack whose callbacks run with the stop signals held.
 
     A stop signal sent meanwhile cannot cut the clean-up short: it arrives once all is clean.
     """
 
-    def __exit__(self, *exc_info: Any) -> None:  # None: it never swallows an exception
+    def __exit__(self, *exc_info: object) -> None:  # None: it never swallows an exception
         with _held():
-            super().__exit__(*exc_info)
+            super().__exit__(*exc_info)  # type: ignore[arg-type]
 
 
 def _start(
@@ -418,7 +414,7 @@ def _start(
         except (LeaseError, OSError) as exc:
             raise ExperimentError(scenario.name, "start", str(exc)) from exc
         released = [context.Event() for _ in scenario.steps]
-        reports: Queue[tuple[int, dict[str, Any] | None, str | None]] = context.Queue()
+        reports: Queue[_Report] = context.Queue()
     workers: dict[str, BaseProcess] = {}
     for actor in scenario.actors:
         script = [(i, step) for i, step in enumerate(scenario.steps) if step.actor == actor]
@@ -444,52 +440,34 @@ def _stop(process: "BaseProcess") -> None:
 
 
 def _play(play: _Play, timeout: float) -> dict[str, Any]:
-    """Release the scenario's steps one at a time; the record of what happened."""
+    """Release the scenario's steps one at a time; the record of what happened.
+
+    A worker that dies without a word (killed, say) is noticed when its step's timeout ends.
+    """
     events = []
     for index, step in enumerate(play.scenario.steps):
         where, worker = f"step {index} ({step})", play.workers[step.actor]
         play.released[index].set()
-        reported, event, error = _report(play, worker, timeout, where)
-        if error is not None or event is None or reported != index:
-            problem = error or f"step {reported} reported out of turn"
-            raise ExperimentError(play.scenario.name, where, f"worker {step.actor}: {problem}")
+        try:
+            reported, event, error = play.reports.get(timeout=timeout)
+        except queue.Empty:
+            error, event = f"no report within {timeout:g} s, exit code {worker.exitcode}", None
+        else:
+            error = error or (None if reported == index else "another step reported")
+        if error is not None or event is None:
+            raise ExperimentError(play.scenario.name, where, f"worker {step.actor}: {error}")
         events.append(event)
         if all(later.actor != step.actor for later in play.scenario.steps[index + 1 :]):
             # Its last step: the next is released only once this worker has exited, so that
             # what it leaves behind is only what it committed.
             worker.join(timeout)
             if worker.exitcode != 0:
-                raise ExperimentError(play.scenario.name, where, (
-                    f"worker {step.actor} did not exit with 0 within {timeout:g} s: "
-                    f"exit code {worker.exitcode}"
-                ))
+                problem = f"worker {step.actor} did not exit with 0: exit code {worker.exitcode}"
+                raise ExperimentError(play.scenario.name, where, problem)
     try:
         return _record(play.scenario, play.db_path, events)
-    except Exception as exc:
-        raise ExperimentError(play.scenario.name, "recording", f"{exc!r}") from exc
-
-
-def _report(
-    play: _Play, worker: "BaseProcess", timeout: float, where: str
-) -> tuple[int, dict[str, Any] | None, str | None]:
-    """The next report of `play`; ExperimentError if none comes in time or `worker` died.
-
-    The wait is cut into slices of 0.1 s only to notice a worker that died without a word
-    (killed, say) within 0.1 s rather than at `timeout`; a report ends the wait at once.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return play.reports.get(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
-        except queue.Empty:
-            pass
-        if not worker.is_alive() and play.reports.empty():
-            problem = f"worker {worker.name!r} ended unreported, exit code {worker.exitcode}"
-        elif time.monotonic() >= deadline:
-            problem = f"no report within {timeout:g} s"
-        else:
-            continue
-        raise ExperimentError(play.scenario.name, where, problem)
+    except LeaseError as exc:
+        raise ExperimentError(play.scenario.name, "recording", str(exc)) from exc
 
 
 def _record(scenario: Scenario, db_path: str, events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -510,17 +488,10 @@ def _record(scenario: Scenario, db_path: str, events: list[dict[str, Any]]) -> d
             for d in decisions
         ],
         "final": None if final is None else {"epoch": final[0], "value": final[1]},
-        "lease_at_end": None if lease is None else _lease_json(lease),
+        "lease_at_end": None if lease is None else {
+            "holder": lease.holder, "epoch": lease.epoch, "expires_at": lease.expires_at},
         "verdict": judge(events),
     }
-
-
-def _check_timeout(timeout: object) -> float:
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
-        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
-    if not 0 < timeout <= MAX_TIMEOUT:
-        raise ValueError(f"timeout must be above 0 and at most {MAX_TIMEOUT:g} s, got {timeout!r}")
-    return float(timeout)
 
 
 # --- evidence: rendering and comparing ---
@@ -543,17 +514,14 @@ def timeline(record: dict[str, Any]) -> str:
         else:
             detail = ""
         epoch = "" if event["epoch"] is None else f"epoch {event['epoch']}"
-        lines.append(
-            f"  tick {event['tick']:>2}  {event['actor']}  {event['action']:<7}  "
-            f"{epoch:<8}  {event['outcome']:<8}  {detail}".rstrip()
-        )
+        lines.append(f"  tick {event['tick']:>2}  {event['actor']}  {event['action']:<7}  "
+                     f"{epoch:<8}  {event['outcome']:<8}  {detail}".rstrip())
     verdict = record["verdict"]
     lines.append(
         f"  final value written by {verdict['final_value_written_by']}; stale writes refused: "
         f"{verdict['stale_writes_refused']}, conflicting: {verdict['conflicting_writes_refused']}"
     )
-    flags = [field for field, value in verdict.items() if value is True]
-    lines.extend(f"  true: {flag}" for flag in flags)
+    lines.extend(f"  true: {field}" for field, value in verdict.items() if value is True)
     return "\n".join(lines)
 
 
@@ -595,8 +563,248 @@ def _shown(value: object, limit: int = 70) -> str:
 
 
 # --- exploring every schedule ---
+#
+# A bound is H holders that all run one program, one ttl, and the ticks 0..T.  A schedule
+# interleaves the holders' programs, each step at a tick no earlier than the one before.
+# Schedules are many but states are few: the explorer counts schedules layer by layer (one
+# layer per step taken), by state, and plays each distinct (state, step) once on the real
+# code.  It writes the state into the database, calls the library through _perform, and reads
+# the state that is left back from the database, so that a broken library changes what is
+# explored.  Each step is one transaction, so whole steps in every order are every order that
+# processes could produce at this level; what happens inside a transaction is not explored.
 
-# (the explorer goes here)
+CLASSES = ("lost update", "stale refused", "gap", "late, not superseded", "replay", "conflict")
+CHECKS = ("fence", "epochs increase", "one live lease", "highest epoch stored", "model")
+_FLAGS = (*(f"fenced {c}" for c in CLASSES), *(f"unfenced {c}" for c in CLASSES), *CHECKS)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Holders A, B, ... that all run `program`, acquiring or renewing for `ttl` ticks."""
+
+    holders: int = 2
+    program: tuple[Action, ...] = (Action.ACQUIRE, Action.RENEW, Action.WRITE, Action.RELEASE)
+    last_tick: int = 5
+    ttl: int = 2
+
+    def step(self, h: int, position: int, tick: int) -> Step:
+        """Holder h's step at `position`; its k-th write sends its name and k, as "A1"."""
+        actor, action = "ABCDEFGH"[h], self.program[position]
+        timed = action in (Action.ACQUIRE, Action.RENEW)
+        k = self.program[: position + 1].count(Action.WRITE)
+        value = f"{actor}{k}" if action is Action.WRITE else None
+        return Step(actor, action, tick, self.ttl if timed else None, value)
+
+
+@dataclass(frozen=True)
+class _State:
+    """All that the rest of a schedule depends on: the database, the time, each holder."""
+
+    row: tuple[Any, ...] | None  # the authority's: holder (None once released), epoch, expiry
+    stored: tuple[Any, ...]  # the fenced receiver's (epoch, value), the unfenced one's
+    tick: int
+    positions: tuple[int, ...]  # how many steps of the program each holder has taken
+    leases: tuple[Any, ...]  # the (epoch, expires_at) each holder believes it holds, or None
+
+
+class _Bench:
+    """The real authority and receivers on one file, and a plain connection to set and read it."""
+
+    def __init__(self, path: str) -> None:
+        self.authority = LeaseAuthority(path)
+        self.receivers = Receiver(path, fenced=True), Receiver(path, fenced=False)
+        self.raw = sqlite3.connect(path, isolation_level=None)
+        self.now: tuple[Any, ...] = (None, (None, None))  # what the database holds
+
+    def close(self) -> None:
+        for store in (self.authority, *self.receivers, self.raw):
+            store.close()
+
+    def play(self, state: _State, h: int, step: Step) -> tuple[_State, list[dict[str, Any]]]:
+        """Set the database to `state`, play holder h's `step`; the state left, its events."""
+        if self.now != (state.row, state.stored):
+            decisions = [(fenced, RESOURCE, *pair, *pair)
+                         for fenced, pair in zip((True, False), state.stored) if pair]
+            self.raw.executescript("BEGIN IMMEDIATE; DELETE FROM leases;"
+                                   " DELETE FROM receiver_decisions;")
+            self.raw.executemany("INSERT INTO leases VALUES (?, ?, ?, ?)",
+                                 [(RESOURCE, *state.row)] if state.row else [])
+            self.raw.executemany("INSERT INTO receiver_decisions VALUES"
+                                 " (?, ?, 1, 'applied', ?, ?, ?, ?)", decisions)
+            self.raw.execute("COMMIT")
+        held = state.leases[h]
+        lease = None if held is None else Lease(RESOURCE, step.actor, *held)
+        lease, event = _perform(step, lease, self.authority, self.receivers[0])
+        wrote = step.action is Action.WRITE and lease is not None
+        events = [event, _write(step, lease, self.receivers[1]) if wrote and lease else event]
+        row = self.raw.execute("SELECT holder, epoch, expires_at FROM leases").fetchone()
+        stored = tuple(self.raw.execute(
+            "SELECT stored_epoch, stored_value FROM receiver_decisions WHERE fenced = ?"
+            " ORDER BY seq DESC LIMIT 1", (fenced,)).fetchone() for fenced in (True, False))
+        self.now = row, stored
+        held = None if lease is None else (lease.epoch, lease.expires_at)
+        return _State(row, stored, step.tick, _put(state.positions, h, state.positions[h] + 1),
+                      _put(state.leases, h, held)), events
+
+
+def _put(items: tuple[Any, ...], index: int, item: Any) -> tuple[Any, ...]:
+    return (*items[:index], item, *items[index + 1 :])
+
+
+def _model(state: _State, h: int, step: Step) -> tuple[_State, list[tuple[Any, ...]]]:
+    """What the rules say `step` answers, at each receiver, and leaves: from `state` alone."""
+    row, stored, held = state.row, list(state.stored), state.leases[h]
+    live = row is not None and row[0] is not None and step.tick < row[2]
+    mine = row is not None and held is not None and tuple(row[:2]) == (step.actor, held[0])
+    if step.action is Action.ACQUIRE and live:
+        answers = [("held", row[1], row[2], None, None)] * 2  # type: ignore[index]
+    elif step.action is Action.ACQUIRE or (step.action is Action.RENEW and mine and live):
+        epoch = held[0] if step.action is Action.RENEW else 1 if row is None else row[1] + 1
+        held = (epoch, step.tick + (step.ttl or 0))
+        row = (step.actor, *held)
+        answers = [("renewed" if step.action is Action.RENEW else "granted", *held, None, None)] * 2
+    elif held is None:
+        answers = [("no lease", None, None, None, None)] * 2
+    elif step.action is not Action.WRITE:
+        released = step.action is Action.RELEASE and mine
+        answers = [("released" if released else "lost", held[0], None, None, None)] * 2
+        row = (None, *row[1:]) if released and row else row
+        held = None
+    else:
+        answers = []
+        for r, pair in enumerate(stored):  # the fenced receiver, then the unfenced one
+            if r or pair is None or held[0] > pair[0]:
+                outcome, stored[r] = "applied", (held[0], step.value)
+            elif held[0] < pair[0]:
+                outcome = "stale"
+            else:
+                outcome = "replay" if step.value == pair[1] else "conflict"
+            answers.append((outcome, held[0], None, *stored[r]))
+    positions = _put(state.positions, h, state.positions[h] + 1)
+    return _State(row, tuple(stored), step.tick, positions, _put(state.leases, h, held)), answers
+
+
+def _flags(state: _State, h: int, step: Step, after: _State, events: list[Any]) -> int:
+    """The flags a step raises: its write's classes at each receiver, then the checks it fails."""
+    current = 0 if state.row is None else state.row[1]  # the authority's newest epoch
+    held, fenced, first = state.leases[h], state.stored[0], events[0]
+    raised = []
+    for event, pair in zip(events, state.stored):
+        applied, epoch = event["outcome"] == "applied", event["epoch"]
+        lost = applied and pair is not None and epoch < pair[0]
+        raised += [
+            lost,
+            event["outcome"] == "stale",
+            applied and not lost and epoch < current,  # the gap: superseded, not fenced out
+            applied and epoch == current and held is not None and step.tick >= held[1],
+            event["outcome"] == "replay",
+            event["outcome"] == "conflict",
+        ]
+    fields = ("outcome", "epoch", "expires_at", "stored_epoch", "stored_value")
+    highest = max(0 if fenced is None else fenced[0], first["epoch"] or 0)
+    raised += [
+        first["outcome"] == "applied" and fenced is not None and first["epoch"] <= fenced[0],
+        first["outcome"] == "granted" and first["epoch"] <= current,
+        sum(lease is not None and step.tick < lease[1] for lease in after.leases) > 1,
+        first["stored_epoch"] is not None and first["stored_epoch"] != highest,
+        _model(state, h, step) != (after, [tuple(e[f] for f in fields) for e in events]),
+    ]
+    return sum(1 << bit for bit, hit in enumerate(raised) if hit)
+
+
+def explore(
+    bound: Bound, *, brute_force: bool = False, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Play every schedule of `bound` on the real code; the table of what happened.
+
+    Each distinct (state, step) is played once, and schedules are counted by state.  With
+    `brute_force`, no two schedules share a state: every schedule is played, step by step.
+    """
+    started, played, states = time.monotonic(), 0, 1
+    smallest: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    start = _State(None, (None, None), 0, (0,) * bound.holders, (None,) * bound.holders)
+    # Each state of a layer: the smallest schedule that reaches it (its ticks, then its
+    # holders), and how many schedules reach it with each set of flags.
+    layer: dict[Any, Any] = {(start, ()) if brute_force else start: (((), ()), Counter({0: 1}))}
+    with _CleanUp() as cleanup:
+        with _held():
+            folder = tempfile.mkdtemp(prefix="leases-explore-")
+            cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
+        bench = _Bench(os.path.join(folder, "explore.sqlite3"))
+        cleanup.callback(bench.close)
+        for _ in range(bound.holders * len(bound.program)):
+            following: dict[Any, Any] = {}
+            for key in sorted(layer, key=repr):  # a reproducible order, one row's states together
+                state, ((ticks, holders), counts) = key[0] if brute_force else key, layer[key]
+                for h, tick in _next(bound, state):
+                    step = bound.step(h, state.positions[h], tick)
+                    after, events = bench.play(state, h, step)
+                    raised, played = _flags(state, h, step, after, events), played + 1
+                    prefix = ((*ticks, tick), (*holders, h))
+                    for bit in (bit for bit in range(len(_FLAGS)) if raised >> bit & 1):
+                        smallest[bit] = min(smallest.get(bit, prefix), prefix)
+                    goes = (after, prefix) if brute_force else after
+                    least, reached = following.get(goes, (prefix, Counter()))
+                    following[goes] = min(least, prefix), reached
+                    for flags, schedules in counts.items():
+                        reached[flags | raised] += schedules
+            layer, states = following, states + len(following)
+            if progress is not None and time.monotonic() - started > 2:
+                progress(f"explore: {played:,} transitions played, {states:,} states so far")
+        ends: Counter[int] = Counter()
+        for _, counts in layer.values():
+            ends.update(counts)
+        witnesses = {_FLAGS[bit]: _replay(bench, bound, start, *prefix)
+                     for bit, prefix in sorted(smallest.items())}
+    return _table(bound, ends, states, played, witnesses)
+
+
+def _next(bound: Bound, state: _State) -> Iterator[tuple[int, int]]:
+    """Every (holder, tick) that may come next: any holder not done, any tick from now on."""
+    for h, position in enumerate(state.positions):
+        if position < len(bound.program):
+            yield from ((h, tick) for tick in range(state.tick, bound.last_tick + 1))
+
+
+def _replay(
+    bench: _Bench, bound: Bound, state: _State, ticks: tuple[int, ...], holders: tuple[int, ...]
+) -> list[list[dict[str, Any]]]:
+    """The events of one schedule, played again from the start: the fenced and the unfenced."""
+    runs: list[list[dict[str, Any]]] = [[], []]
+    for tick, h in zip(ticks, holders):
+        state, events = bench.play(state, h, bound.step(h, state.positions[h], tick))
+        runs[0].append(events[0])
+        runs[1].append(events[1])
+    return runs
+
+
+def _table(
+    bound: Bound, ends: Counter[int], states: int, played: int, witnesses: dict[str, Any]
+) -> dict[str, Any]:
+    """What an exploration found, as JSON: schedules, by class at each receiver, and checks."""
+    n, size = bound.holders * len(bound.program), len(bound.program)
+    orders, ticks = math.factorial(n) // math.factorial(size) ** bound.holders, bound.last_tick
+
+    def having(*bits: int) -> int:
+        return sum(count for flags, count in ends.items() if any(flags >> b & 1 for b in bits))
+
+    width, schedules = len(CLASSES), sum(ends.values())
+    return {
+        "bound": {"holders": bound.holders, "program": [a.value for a in bound.program],
+                  "last_tick": ticks, "ttl": bound.ttl},
+        "schedules": schedules,
+        "formula": f"multinomial({n}; {', '.join([str(size)] * bound.holders)}) x "
+                   f"C({n} + {ticks}, {n}) = {orders} x {math.comb(n + ticks, n)}",
+        "states": states,
+        "transitions": played,
+        "classes": {
+            receiver: {**{name: having(r * width + c) for c, name in enumerate(CLASSES)},
+                       "clean": schedules - having(*range(r * width, (r + 1) * width))}
+            for r, receiver in enumerate(("fenced", "unfenced"))
+        },
+        "violations": {name: having(2 * width + c) for c, name in enumerate(CHECKS)},
+        "witnesses": {name: runs[name.startswith("unfenced")] for name, runs in witnesses.items()},
+    }
 
 
 # --- command line ---
@@ -615,20 +823,21 @@ _STOP_SIGNAL_SOURCES = {
     "SIGQUIT": "Ctrl-backslash",
     "SIGTERM": "kill, timeout, a CI runner cancelling a job",
 }
-_STOP_SIGNALS = tuple(sorted(
-    getattr(signal, name) for name in _STOP_SIGNAL_SOURCES if hasattr(signal, name)
-))
+_STOP_SIGNALS = tuple(sorted(getattr(signal, name) for name in _STOP_SIGNAL_SOURCES
+                             if hasattr(signal, name)))
 _MASKABLE = hasattr(signal, "pthread_sigmask")
 _SHOWN_DIFFERENCES = 10
 _MAX_EXPECTED_BYTES = 16 * 1024 * 1024  # the evidence is a few kilobytes
 
 # Every exit code and its meaning, exactly as --help prints them and README lists them.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
-    (EXIT_OK, "success; with --check, the run reproduced EXPECTED"),
+    (EXIT_OK, (
+        "success: with --check, the run reproduced EXPECTED; with --explore, every check held"
+    )),
     (EXIT_DIFFERENT, (
-        "with --check, the run differs from EXPECTED; the first "
-        f"{_SHOWN_DIFFERENCES} differing JSON paths are listed, verdicts first, and how many "
-        "more; --output is still written"
+        f"with --check, the run differs from EXPECTED: the first {_SHOWN_DIFFERENCES} differing "
+        "JSON paths are listed, verdicts first, and --output is still written; with --explore, "
+        "a check failed: the first failing schedule is shown"
     )),
     (EXIT_USAGE, (
         "bad arguments, or a file or stdout that cannot be read or written; one line on "
@@ -636,30 +845,19 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     )),
     (EXIT_FAILED, "a scenario failed or hung; the scenario and the step are named"),
     (EXIT_CLOSED_STDOUT, (
-        "stdout was closed before the report was written (| true); quiet, as "
-        "python3 -m json.tool is"
+        "stdout was closed before the report was written (| true); quiet, as python3 -m "
+        "json.tool is"
     )),
-    *(
-        (EXIT_SIGNALLED + number, (
-            f"stopped by {signal.Signals(number).name} "
-            f"({_STOP_SIGNAL_SOURCES[signal.Signals(number).name]}); every worker stopped, "
-            "every temporary folder removed, nothing written"
-        ))
-        for number in _STOP_SIGNALS
-    ),
+    *((EXIT_SIGNALLED + number, (
+        f"stopped by {signal.Signals(number).name} "
+        f"({_STOP_SIGNAL_SOURCES[signal.Signals(number).name]}); every worker stopped, every "
+        "temporary folder removed, nothing written"
+    )) for number in _STOP_SIGNALS),
 )
 
 
 class _UsageError(Exception):
     """Bad arguments or files: exit 2 with one line."""
-
-
-class _Stopped(BaseException):
-    """A stop signal arrived; raised once, wherever the run was, so that it unwinds."""
-
-    def __init__(self, number: int) -> None:
-        super().__init__(number)
-        self.number = number
 
 
 @contextlib.contextmanager
@@ -668,14 +866,18 @@ def _held() -> Iterator[None]:
 
     Processes started in the block inherit the hold (see _worker).
     """
-    if not _MASKABLE:
-        yield
-        return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS) if _MASKABLE else None
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        if before is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _hold_for_good() -> None:
+    """Hold the stop signals back from now on, the interpreter's exit included."""
+    if _MASKABLE:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
 
 
 def _parser() -> "argparse.ArgumentParser":
@@ -684,60 +886,48 @@ def _parser() -> "argparse.ArgumentParser":
 
     class Parser(argparse.ArgumentParser):
         def print_help(self, file: Any = None) -> None:
-            _say(self.format_help().rstrip("\n"))  # a closed stdout is exit 32, not 0
+            _say(self.format_help().rstrip("\n"))  # argparse drops a write that fails
 
-        def error(self, message: str) -> NoReturn:
+        def error(self, message: str) -> Any:  # one line, for scripts to show as it is
             self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
+    exit_codes = "".join(
+        textwrap.fill(meaning, 88, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
+        + "\n" for code, meaning in EXIT_CODES
+    )
     parser = Parser(
         prog="run_experiment.py",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Replay the lease scenarios (unfenced receiver, fenced receiver, and the gap\n"
         "between a lease's expiry and the receiver's observation of a newer epoch) with\n"
         "spawned processes, and write the evidence as canonical JSON to stdout or PATH.\n"
         "A timeline a person can read goes to stderr.",
-        epilog="exit codes:\n"
-        + "".join(
-            textwrap.fill(meaning, 88, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
-            + "\n"
-            for code, meaning in EXIT_CODES
-        )
-        + "\nexamples:\n"
+        epilog=f"exit codes:\n{exit_codes}\nexamples:\n"
         "  python3 run_experiment.py --check results.json --output reproduced.json\n"
-        "  python3 run_experiment.py --output results.json   # regenerate the evidence",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "  python3 run_experiment.py --output results.json   # regenerate the evidence\n"
+        "  python3 run_experiment.py --explore --holders 3 --last-tick 4",
     )
-    parser.add_argument(
-        "--check",
-        metavar="EXPECTED",
-        help="compare the run with this evidence file (a regular file of at most "
-        f"{_MAX_EXPECTED_BYTES // 2**20} MiB); key order and whitespace do not matter",
-    )
-    parser.add_argument(
-        "--output",
-        metavar="PATH",
-        help="write the evidence to this regular file, replacing it whole, or creating it; a "
-        "symlink's target is replaced and the link kept (default: stdout, unless --check)",
-    )
-    parser.add_argument(
-        "--timeout",
-        metavar="SECONDS",
-        type=_seconds,
-        default=DEFAULT_TIMEOUT,
-        help=f"give up on a step that hangs this long, at most {MAX_TIMEOUT:g}; it never "
-        f"orders anything (default: {DEFAULT_TIMEOUT:g})",
-    )
+    parser.add_argument("--check", metavar="EXPECTED", help="compare the run with this "
+                        f"evidence file (a regular file of at most {_MAX_EXPECTED_BYTES >> 20} "
+                        "MiB); key order and whitespace do not matter")
+    parser.add_argument("--output", metavar="PATH", help="write the evidence (or the table of "
+                        "--explore) to this regular file, replacing it whole, or creating it; a "
+                        "symlink's target is replaced and the link kept (default: stdout)")
+    explore = parser.add_argument_group(
+        "exploring every schedule", "instead of the scenarios, play every schedule of a bound "
+        "on the real code, in this process, and count what happened")
+    explore.add_argument("--explore", action="store_true", help="explore the bound below")
+    explore.add_argument("--holders", type=int, choices=range(1, 9), default=Bound.holders,
+                         metavar="N", help=f"holders A, B, ... (1 to 8, default: {Bound.holders})")
+    explore.add_argument("--program", nargs="+", choices=[a.value for a in Action],
+                         default=[a.value for a in Bound.program], metavar="ACTION",
+                         help="what each holder does, in order (default: "
+                         f"{' '.join(a.value for a in Bound.program)})")
+    explore.add_argument("--last-tick", type=int, choices=range(100), default=Bound.last_tick,
+                         metavar="T", help=f"ticks 0 to T (0 to 99, default: {Bound.last_tick})")
+    explore.add_argument("--ttl", type=int, choices=range(1, 100), default=Bound.ttl,
+                         metavar="N", help=f"ticks a lease lasts (1 to 99, default: {Bound.ttl})")
     return parser
-
-
-def _seconds(text: str) -> float:
-    import argparse
-
-    try:
-        return _check_timeout(float(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}, got {text!r}"
-        ) from None
 
 
 def _shown_path(path: str) -> str:
@@ -750,17 +940,15 @@ def _read_expected(path: str) -> object:
     shown = _shown_path(path)
     # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
     with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as file:
-        status = os.fstat(file.fileno())
-        if not stat.S_ISREG(status.st_mode):
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
             raise _UsageError(f"expected evidence {shown} is not a regular file")
         data = file.read(_MAX_EXPECTED_BYTES + 1)
     if len(data) > _MAX_EXPECTED_BYTES:
         raise _UsageError(f"expected evidence {shown} is more than {_MAX_EXPECTED_BYTES} bytes")
 
     def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [key for key, _ in pairs]
-        for key in keys:
-            if keys.count(key) > 1:
+        for key, _ in pairs:
+            if [name for name, _ in pairs].count(key) > 1:
                 raise _UsageError(f"expected evidence {shown} has the key {key!r} twice")
         return dict(pairs)
 
@@ -774,24 +962,17 @@ def _output_target(path: str, check: str | None) -> str:
     """The regular file that --output PATH will replace (a symlink's target), checked now."""
     shown = _shown_path(path)
     if not path or path.endswith((os.sep, os.altsep or os.sep)):
-        raise _UsageError(f"--output must name a file, got {shown}")
+        raise _UsageError(f"--output must name a file, got {shown!r}")
     target = os.path.realpath(path)  # the link stays; what it points to gets the evidence
-    status = _status(target)
-    if status is not None and not stat.S_ISREG(status.st_mode):
-        raise _UsageError(f"cannot write {shown}: it is not a regular file")
-    if status is not None and check is not None and os.path.samestat(status, os.stat(check)):
-        raise _UsageError(f"--output {shown} is the --check file it is compared with")
+    if os.path.exists(target):
+        status = os.stat(target)
+        if not stat.S_ISREG(status.st_mode):
+            raise _UsageError(f"cannot write {shown}: it is not a regular file")
+        if check is not None and os.path.samestat(status, os.stat(check)):
+            raise _UsageError(f"--output {shown} is the --check file it is compared with")
     with tempfile.TemporaryFile(dir=os.path.dirname(target)):  # can a file be made there?
         pass
     return target
-
-
-def _status(path: str) -> os.stat_result | None:
-    """os.stat(path), or None if nothing is there."""
-    try:
-        return os.stat(path)
-    except FileNotFoundError:
-        return None
 
 
 def _replace(target: str, text: str) -> None:
@@ -799,8 +980,10 @@ def _replace(target: str, text: str) -> None:
 
     An existing file keeps its mode; a new one gets what the umask allows, as any new file.
     """
-    status = _status(target)
-    mode = 0o666 & ~_umask() if status is None else stat.S_IMODE(status.st_mode)
+    umask = os.umask(0o077)  # read it, and make the staged file private meanwhile
+    os.umask(umask)
+    exists = os.path.exists(target)
+    mode = stat.S_IMODE(os.stat(target).st_mode) if exists else 0o666 & ~umask
     fd, staged = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".tmp")
     try:
         os.chmod(fd, mode)
@@ -812,12 +995,6 @@ def _replace(target: str, text: str) -> None:
             os.unlink(staged)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _say(text: str) -> None:
     """Write a line of the report to stdout; OSError if it will not take it."""
     if sys.stdout is None:  # its file descriptor was closed before Python started
@@ -825,8 +1002,8 @@ def _say(text: str) -> None:
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
-    except ValueError as exc:  # the stream was closed
-        raise OSError(f"stdout is closed: {exc}") from None
+    except ValueError as exc:  # closed meanwhile, or it cannot encode the text
+        raise OSError(f"cannot write to stdout: {exc}") from None
 
 
 def _note(text: str) -> None:
@@ -841,47 +1018,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     main() is the program: it takes the stop signals over, and holds them for good on its
     way out, so that a signal then can neither cut the clean-up short nor change the exit
-    status.  The first stop signal ends the run; later ones are ignored.
+    status.  The first stop signal ends the run, as KeyboardInterrupt; later ones do nothing.
     """
-    for stream in (sys.stdout, sys.stderr):  # any name or value can be shown, escaped
-        with contextlib.suppress(AttributeError):
-            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     stopped: list[int] = []
 
     def stop(number: int, frame: object) -> None:
         if not stopped:
             stopped.append(number)
-            raise _Stopped(number)
+            raise KeyboardInterrupt
 
     for number in _STOP_SIGNALS:
         if signal.getsignal(number) is not signal.SIG_IGN:  # nohup, a script's background job
             signal.signal(number, stop)
     try:
         return _main(argv)
-    except _Stopped as exc:
-        name = signal.Signals(exc.number).name
-        _note(f"run_experiment.py: stopped by {name}; every worker was stopped, every "
-              "temporary folder removed, and nothing was written")
-        return EXIT_SIGNALLED + exc.number
-    except BrokenPipeError:  # the reader has gone (| head): end quietly, as json.tool does
+    except KeyboardInterrupt:
+        number = stopped[0] if stopped else signal.SIGINT
+        _note(f"run_experiment.py: stopped by {signal.Signals(number).name}; every worker was "
+              "stopped, every temporary folder removed, and nothing was written")
+        return EXIT_SIGNALLED + number
+    except BrokenPipeError:  # the reader has gone (| true): end quietly, as json.tool does
         with contextlib.suppress(AttributeError, OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_CLOSED_STDOUT
-    except OSError as exc:  # a file, a folder, or stdout
-        where = "" if exc.filename is None else f"{_shown_path(os.fsdecode(exc.filename))}: "
-        _note(f"run_experiment.py: error: {where}{exc.strerror or exc}")
-        return EXIT_USAGE
-    except _UsageError as exc:
-        _note(f"run_experiment.py: error: {exc}")
+    except (OSError, _UsageError) as exc:  # a file, a folder, or stdout
+        where = getattr(exc, "filename", None)
+        where = "" if where is None else f"{_shown_path(os.fsdecode(where))}: "
+        _note(f"run_experiment.py: error: {where}{getattr(exc, 'strerror', None) or exc}")
         return EXIT_USAGE
     finally:
         _hold_for_good()
-
-
-def _hold_for_good() -> None:
-    """Hold the stop signals back from now on, the interpreter's exit included."""
-    if _MASKABLE:
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -889,38 +1055,74 @@ def _main(argv: Sequence[str] | None) -> int:
     with _held():  # a stop now arrives once the checks are done: they leave nothing behind
         expected = None if args.check is None else _read_expected(args.check)
         target = None if args.output is None else _output_target(args.output, args.check)
-    try:
-        document = run_scenarios(timeout=args.timeout)
-    except ExperimentError as exc:
-        _note(f"run_experiment.py: failed: {exc}")
-        return EXIT_FAILED
-    _hold_for_good()  # every worker is gone: what is left takes milliseconds, and a stop
-    # now could only leave the evidence written with a "stopped" exit code
-    for record in document["scenarios"]:
-        _note(timeline(record))
+    if args.explore and args.check is not None:
+        raise _UsageError("--explore has nothing to compare with --check")
+    if args.explore:
+        started = time.monotonic()
+        bound = Bound(args.holders, tuple(map(Action, args.program)), args.last_tick, args.ttl)
+        document = explore(bound, progress=_note)
+        code, report = _explored(document, time.monotonic() - started)
+    else:
+        try:
+            document = run_scenarios()
+        except ExperimentError as exc:
+            _note(f"run_experiment.py: failed: {exc}")
+            return EXIT_FAILED
+        for record in document["scenarios"]:
+            _note(timeline(record))
+        code, report = _compared(expected, document, args.check)
+    _hold_for_good()  # the run is over: what is left takes milliseconds, and a stop now
+    # could only leave the output written with a "stopped" exit code
     text = canonical_json(document)
-    code, report = EXIT_OK, (text.rstrip("\n") if target is None else "")
-    if expected is not None:
-        found = sorted(differences(expected, json.loads(text)), key=lambda d: _meaning_first(d[0]))
-        if found:
-            code = EXIT_DIFFERENT
-            report = "\n".join([
-                (f"differs: this run does not match {_shown_path(args.check)} at "
-                 f"{len(found)} JSON path(s):"),
-                *(f"  {path}: expected {_shown(want)}, got {_shown(got)}"
-                  for path, want, got in found[:_SHOWN_DIFFERENCES]),
-                *([f"  ... and {len(found) - _SHOWN_DIFFERENCES} more"]
-                  if len(found) > _SHOWN_DIFFERENCES else []),
-            ])
-        else:
-            report = (f"reproduced: this run matches {_shown_path(args.check)} "
-                      f"({len(document['scenarios'])} scenarios)")
-    # The report first: if stdout will not take it, the evidence is not put in place.
-    if report:
-        _say(report)
+    # The report first: if stdout will not take it, the output is not put in place.
+    if report or target is None:
+        _say(report or text.rstrip("\n"))
     if target is not None:
         _replace(target, text)
     return code
+
+
+def _compared(expected: object, document: dict[str, Any], check: str | None) -> tuple[int, str]:
+    """The exit code and the report of comparing `document` with the --check file's."""
+    if check is None:
+        return EXIT_OK, ""
+    found = sorted(differences(expected, json.loads(canonical_json(document))),
+                   key=lambda difference: _meaning_first(difference[0]))
+    if not found:
+        return EXIT_OK, (f"reproduced: this run matches {_shown_path(check)} "
+                         f"({len(document['scenarios'])} scenarios)")
+    more = len(found) - _SHOWN_DIFFERENCES
+    return EXIT_DIFFERENT, "\n".join([
+        f"differs: this run does not match {_shown_path(check)} at {len(found)} JSON path(s):",
+        *(f"  {path}: expected {_shown(want)}, got {_shown(got)}"
+          for path, want, got in found[:_SHOWN_DIFFERENCES]),
+        *([f"  ... and {more} more"] if more > 0 else []),
+    ])
+
+
+def _explored(table: dict[str, Any], seconds: float) -> tuple[int, str]:
+    """The exit code and the report of an exploration: its table, and its smallest schedules."""
+    bound, classes = table["bound"], table["classes"]
+    failed = [name for name, count in table["violations"].items() if count]
+    lines = [
+        (f"every schedule of {bound['holders']} holders, each: {' '.join(bound['program'])}; "
+         f"ticks 0 to {bound['last_tick']}, ttl {bound['ttl']}"),
+        f"  {table['schedules']:,} schedules = {table['formula']}",
+        (f"  {table['states']:,} states, {table['transitions']:,} transitions played on the "
+         f"real code, {seconds:.1f} s"),
+        f"  {'schedules with':<22}{'fenced':>12}{'unfenced':>12}",
+        *(f"  {name:<22}{classes['fenced'][name]:>12,}{classes['unfenced'][name]:>12,}"
+          for name in classes["fenced"]),
+        f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(CHECKS)})",
+    ]
+    shown = failed[:1] or ["unfenced lost update", "fenced stale refused", "fenced gap"]
+    for name in (name for name in shown if name in table["witnesses"]):
+        events = table["witnesses"][name]
+        title = f"the first failing schedule ({name})" if failed else f"the smallest {name}"
+        receiver = "unfenced" if name.startswith("unfenced") else "fenced"
+        lines.append(timeline({"name": title, "receiver": receiver, "events": events,
+                               "verdict": judge(events)}))
+    return (EXIT_DIFFERENT if failed else EXIT_OK), "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -318,55 +318,21 @@ def _dump(path: str) -> list[str]:
         return list(connection.iterdump())
 
 
-def _run_cli(
-    *runs: tuple[tuple[str, ...], str],
-) -> list[subprocess.CompletedProcess[str]]:
-    """Run run_experiment.py once per (args, TMPDIR), all at the same time."""
-    # The run's own hang bound comes first, so that a hang is reported and its workers
-    # stopped by run_experiment.py rather than cut short by the bound here.
-    bound = ["--timeout", str(TIMEOUT / 2)]
-    started = [
-        subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "run_experiment.py"), *bound, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            encoding="utf-8",
-            cwd=HERE,
-            env={**os.environ, "TMPDIR": tmpdir},
-        )
-        for args, tmpdir in runs
-    ]
-    try:
-        return [
-            subprocess.CompletedProcess(process.args, process.returncode, *outputs)
-            for process in started
-            for outputs in [process.communicate(timeout=TIMEOUT)]
-        ]
-    finally:
-        for process in started:
-            if process.poll() is None:
-                process.terminate()  # as `kill` does: it stops its workers, removes its files
-            process.wait(TIMEOUT)
+class _Run(NamedTuple):
+    """The suite's one run of the README's --check command, whose --output is a symlink."""
 
-
-class _Runs(NamedTuple):
-    reproduced: subprocess.CompletedProcess[str]  # the README's --check command
+    process: subprocess.CompletedProcess[str]
     written: bytes  # the evidence it wrote, b"" if none
     output_mode: int  # of the file its output link points to; it was 0o640 before the run
     link_kept: bool  # the output link is still a link to that file
-    hung: subprocess.CompletedProcess[str]  # --timeout 0.001 --output ..., a private TMPDIR
-    hung_left: list[str]  # what the hung run left: its output file, its TMPDIR's entries
 
 
-_RUNS: list[_Runs] = []
+_RUNS: list[_Run] = []
 
 
-def _runs() -> _Runs:
-    """The suite's runs of run_experiment.py, started together; the scenarios play once.
-
-    The scenario tests and the command-line test all read the one run of the README's --check
-    command.  Its --output is a symlink to an existing file, as a user's may be.
-    """
+def _run() -> _Run:
+    """The README's --check command, run once: the scenario tests and the command-line test
+    all read it.  Its --output is a symlink to an existing file, as a user's may be."""
     if _RUNS:
         return _RUNS[0]
     with tempfile.TemporaryDirectory(prefix="leases-check-") as folder:
@@ -375,30 +341,29 @@ def _runs() -> _Runs:
             file.write("an older reproduction")
         os.chmod(output, 0o640)
         os.symlink("reproduced.json", link)
-        never = os.path.join(folder, "never")
-        private_tmp = os.path.join(folder, "tmp")
-        os.mkdir(private_tmp)
-        reproduced, hung = _run_cli(
-            (("--check", "results.json", "--output", link), folder),
-            (("--timeout", "0.001", "--output", never), private_tmp),
-        )
+        command = [sys.executable, os.path.join(HERE, "run_experiment.py"),
+                   "--check", "results.json", "--output", link]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              encoding="utf-8", cwd=HERE) as started:
+            try:
+                outputs = started.communicate(timeout=TIMEOUT)
+            finally:
+                started.terminate()  # as `kill` does, if it hung: it stops its workers
         written = _bytes(output)
-        _RUNS.append(_Runs(
-            reproduced,
+        _RUNS.append(_Run(
+            subprocess.CompletedProcess(command, started.returncode, *outputs),
             b"" if written == b"an older reproduction" else written,
             stat.S_IMODE(os.stat(output).st_mode),
             os.path.islink(link) and os.readlink(link) == "reproduced.json",
-            hung,
-            [name for name in ("never",) if os.path.lexists(never)] + os.listdir(private_tmp),
         ))
     return _RUNS[0]
 
 
 def _evidence() -> dict[str, dict[str, Any]]:
-    runs = _runs()
-    if not runs.written:
-        raise AssertionError(f"run_experiment.py wrote no evidence:\n{runs.reproduced.stderr}")
-    return {record["name"]: record for record in json.loads(runs.written)["scenarios"]}
+    run = _run()
+    if not run.written:
+        raise AssertionError(f"run_experiment.py wrote no evidence:\n{run.process.stderr}")
+    return {record["name"]: record for record in json.loads(run.written)["scenarios"]}
 
 
 class _Closed(io.StringIO):
@@ -524,6 +489,38 @@ class ScenarioTests(unittest.TestCase):
             newer_write_overwritten_by_older_epoch=False,
             write_with_superseded_epoch_applied=False,
             final_value_written_by="B",
+        )
+        # Every schedule of small bounds, on the real code: the fence holds in each, and it
+        # refuses exactly where the unfenced receiver loses an update.  Counting by state
+        # gives what playing every schedule whole gives.
+        acquire, renew, write, release = Action
+        tables = {}
+        for bound in [
+            run_experiment.Bound(2, (acquire, write), last_tick=3, ttl=2),
+            run_experiment.Bound(2, (acquire, write, write), last_tick=1, ttl=2),
+            run_experiment.Bound(2, (acquire, renew, write, release), last_tick=1, ttl=1),
+        ]:
+            with self.subTest(bound=bound):
+                table, whole = (run_experiment.explore(bound, brute_force=brute)
+                                for brute in (False, True))
+                self.assertEqual(table["violations"], dict.fromkeys(run_experiment.CHECKS, 0))
+                for key in ("schedules", "classes", "violations", "witnesses"):
+                    self.assertEqual(table[key], whole[key], key)
+                fenced, unfenced = table["classes"]["fenced"], table["classes"]["unfenced"]
+                self.assertEqual(fenced["lost update"], 0)
+                self.assertEqual(fenced["stale refused"], unfenced["lost update"])
+                tables[bound.program] = table
+        table = tables[(acquire, write)]
+        self.assertEqual((table["schedules"], table["states"]), (210, 141))
+        self.assertEqual([table["classes"][r][c] for r in ("fenced", "unfenced") for c in (
+            "lost update", "stale refused", "gap", "late, not superseded", "clean")],
+            [0, 10, 10, 60, 130, 10, 0, 10, 60, 130])
+        self.assertEqual(tables[(acquire, write, write)]["classes"]["fenced"]["conflict"], 140)
+        # The smallest schedule a fenced receiver refuses is this scenario's interleaving.
+        self.assertEqual(
+            [(e["actor"], e["action"], e["outcome"])
+             for e in table["witnesses"]["fenced stale refused"]],
+            [(e[0], e[1], e[4]) for e in _story(_evidence()["fenced_receiver"])],
         )
 
     def test_expiry_before_receiver_observation_gap_applies_expired_epoch_1_until_epoch_2_is_stored(
@@ -990,27 +987,25 @@ class DurabilityAndInputTests(unittest.TestCase):
 
 class CommandLineTests(unittest.TestCase):
     def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
-        runs = _runs()
-        run = runs.reproduced
-        self.assertEqual(run.returncode, 0, run.stderr)
-        self.assertIn("reproduced", run.stdout)
+        run = _run()
+        self.assertEqual(run.process.returncode, 0, run.process.stderr)
+        self.assertIn("reproduced", run.process.stdout)
         with open(os.path.join(HERE, "results.json"), "rb") as committed:
-            self.assertEqual(runs.written, committed.read())
+            self.assertEqual(run.written, committed.read())
         # --output was a symlink: the link stays, its target is replaced whole, mode kept.
-        self.assertEqual((runs.link_kept, runs.output_mode), (True, 0o640))
-
-        # A step that does not report in time stops the run: exit 3, the scenario and step named,
-        # no output written and nothing left in the temporary folder.  Scenarios play in order,
-        # and no spawned interpreter starts within a millisecond, so the first step is named.
-        run = runs.hung
-        self.assertEqual(run.returncode, 3, run.stderr)
-        self.assertIn("scenario 'unfenced_receiver', step 0 (A acquire at tick 0)", run.stderr)
-        self.assertNotIn("Traceback", run.stderr)
-        self.assertEqual(runs.hung_left, [])
+        self.assertEqual((run.link_kept, run.output_mode), (True, 0o640))
 
         folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
         self.addCleanup(folder.cleanup)
         never = os.path.join(folder.name, "never.json")
+
+        # A step that does not report in time stops the run, naming the scenario and the step,
+        # and leaves nothing in the temporary folder.  Scenarios play in order, and no spawned
+        # interpreter starts within a millisecond, so the first step is the one named.
+        with self.assertRaisesRegex(ExperimentError, r"scenario 'unfenced_receiver', step 0 "
+                                    r"\(A acquire at tick 0\): worker A: no report within"):
+            run_scenarios(timeout=0.001)
+        self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
 
         # What the command line does with a run, from its outcome: here `play` stands in for
         # playing the scenarios, which the run above has done once already.
@@ -1023,7 +1018,7 @@ class CommandLineTests(unittest.TestCase):
                 setattr(run_experiment, "run_scenarios", played)  # noqa: B010
 
         def evidence() -> Any:
-            return json.loads(runs.written)
+            return json.loads(run.written)
 
         # Changed at two places: only those two are reported, the verdict first; exit 1, and
         # --output is still written.  Changed at twelve: the first ten, and how many more.
@@ -1110,7 +1105,8 @@ class CommandLineTests(unittest.TestCase):
             (("--check", huge), f"is more than {16 * 2**20} bytes"),
             (("--check", tampered, "--output", link), "is the --check file"),
             (("--check", tampered, "--output", hard), "is the --check file"),
-            (("--timeout", "1000000.001"), "at most 1e+06"),
+            (("--explore", "--check", tampered), "nothing to compare with --check"),
+            (("--explore", "--program", "acquire", "sleep"), "invalid choice: 'sleep'"),
             (("--output", folder.name + os.sep), "must name a file"),
         ]:
             with self.subTest(args=args):
@@ -1152,23 +1148,35 @@ class CommandLineTests(unittest.TestCase):
             Step("B", Action.WRITE, 14, value="by B"),
             Step("A", Action.ACQUIRE, top, ttl=1),
         ))
-        events: list[list[tuple[Any, ...]]] = []
-        alive_at_release: list[dict[str, int | None]] = []
-        report = run_experiment._report
+        events: list[list[Any]] = []  # (epoch, expires_at, outcome) of each step reported
+        exit_codes: list[dict[str, int | None]] = []  # the workers', as each step is released
+        play = run_experiment._Play
 
-        def recording(play: Any, *args: Any) -> Any:
-            alive_at_release.append({a: p.exitcode for a, p in play.workers.items()})
-            reported = report(play, *args)
-            if reported[1] is not None:
-                events.append([reported[1][key] for key in ("epoch", "expires_at", "outcome")])
-            return reported
+        class Watch:  # in the engine's hands, a step's Event or the Queue: it watches them
+            def __init__(self, real: Any, workers: dict[str, BaseProcess]) -> None:
+                self.real, self.workers = real, workers
 
-        setattr(run_experiment, "_report", recording)  # noqa: B010
+            def set(self) -> None:
+                exit_codes.append({actor: p.exitcode for actor, p in self.workers.items()})
+                self.real.set()
+
+            def get(self, timeout: float) -> Any:
+                reported = self.real.get(timeout=timeout)
+                if reported[1] is not None:
+                    events.append([reported[1][key] for key in ("epoch", "expires_at", "outcome")])
+                return reported
+
+        def watched(scenario: Scenario, path: str, released: Any, reports: Any, workers: Any) -> Any:
+            watched_released: Any = [Watch(event, workers) for event in released]
+            watched_reports: Any = Watch(reports, workers)
+            return play(scenario, path, watched_released, watched_reports, workers)
+
+        setattr(run_experiment, "_Play", watched)  # noqa: B010
         try:
             with self.assertRaises(ExperimentError) as caught:
                 run_scenarios([own], timeout=TIMEOUT)
         finally:
-            setattr(run_experiment, "_report", report)  # noqa: B010
+            setattr(run_experiment, "_Play", play)  # noqa: B010
         self.assertEqual(
             (caught.exception.scenario, caught.exception.step),
             ("own", f"step 7 (A acquire at tick {top})"),
@@ -1178,7 +1186,7 @@ class CommandLineTests(unittest.TestCase):
             [1, 10, "granted"], [1, 19, "renewed"], [1, 19, "held"], [1, None, "applied"],
             [1, None, "released"], [2, 23, "granted"], [2, None, "applied"],
         ])
-        self.assertEqual(alive_at_release[7], {"A": None, "B": 0})
+        self.assertEqual(exit_codes[7], {"A": None, "B": 0})
 
 
 if __name__ == "__main__":

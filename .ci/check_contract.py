@@ -59,6 +59,9 @@ SUITE_TIMEOUT = 60.0
 # Each suite already runs several processes at once; two suites keep two cores busy.
 PARALLEL_SUITES = 2
 
+# README's sections: the scenarios (their prose is checked), and the contract (each rule cites).
+SCENARIOS_SECTION = "1"
+CONTRACT_SECTION = "2"
 CITATION = re.compile(r"\b([A-Z]\w*)\.(test\w*)\b")
 TEST_COUNT = re.compile(r"\b(\d+) tests\b")
 SCENARIO_HEADING = re.compile(r"^###\s+`([^`]+)`")
@@ -337,23 +340,22 @@ def check_tests(readme: Sequence[str]) -> str:
                             f"{len(tests)}")
     # Section 4: "Each guarantee names the test ... that demonstrates it".
     guarantee: tuple[int, str] | None = None
-    for number, line in [*_section(readme, "4"), (0, "")]:
+    for number, line in [*_section(readme, CONTRACT_SECTION), (0, "")]:
         start = re.match(r"(\d+)\. ", line)
         if start or not line.strip():
             if guarantee is not None and not CITATION.search(guarantee[1]):
-                raise Drift(f"{README} line {guarantee[0]}: guarantee {guarantee[1].split('.')[0]}"
-                            f" of section 4 names no test")
+                raise Drift(f"{README} line {guarantee[0]}: rule {guarantee[1].split('.')[0]}"
+                            f" of section {CONTRACT_SECTION} names no test")
             guarantee = (number, line) if start else None
         elif guarantee is not None:
             guarantee = (guarantee[0], guarantee[1] + " " + line)
-    # Section 9: the breakages are caught "every time, not by chance, because each
-    # concurrency test forces the interleaving".
+    # The breakages are caught "every time, since each concurrency test forces its
+    # interleaving".
     for name, methods in classes.items():
         for method, node in methods.items():
             if "concurrent" in method and not _calls(node, "_try_to_overtake"):
                 raise Drift(f"{name}.{method} no longer forces an interleaving "
-                            f"(_try_to_overtake), as {README} section 9 says each concurrency "
-                            f"test does")
+                            f"(_try_to_overtake), as {README} says each concurrency test does")
     return f"tests: all {len(tests)} in {TESTS} cited, each guarantee names one"
 
 
@@ -449,7 +451,6 @@ def _constants() -> dict[str, Any]:
 # Each named value, and the pattern by which README states it (its one group, read by the
 # function, must give the value): a change to one must change the other, everywhere.
 STATED: tuple[tuple[str, str, Callable[[str], object]], ...] = (
-    ("leases._SMALLEST_DATABASE", r"under (\d+) bytes", int),
     ("leases.BUSY_TIMEOUT_SECONDS", r"busy timeout of (\d+) s", float),
     ("run_experiment.DEFAULT_TIMEOUT", r"\(default (\d+)\)", float),
     ("run_experiment.MAX_TIMEOUT", r"at most ([\d,]+) s\b", lambda n: float(n.replace(",", ""))),
@@ -484,7 +485,7 @@ def check_numbers(readme: Sequence[str]) -> str:
 
 
 def check_fields(readme: Sequence[str]) -> str:
-    """Section 7's | field | meaning | table names exactly the fields of a scenario's record,
+    """The | field | meaning | table names exactly the fields of a scenario's record,
     and its verdict row names every field of the verdict."""
     table = _table(readme, "field", "meaning")
     named = {row.get("field", "").strip("`"): (line, row.get("meaning", "")) for line, row in
@@ -502,14 +503,14 @@ def check_fields(readme: Sequence[str]) -> str:
     return f"fields: the evidence table names every field of {EVIDENCE}, and no other"
 
 
-# --- check 5: the prose of section 3 says what results.json says ---
+# --- check 5: the prose of the scenarios' section says what results.json says ---
 
 
 def check_prose(readme: Sequence[str]) -> str:
-    """Section 3's paragraphs: the common setup, and what each says of its own scenario."""
+    """The scenarios' paragraphs: the common setup, and what each says of its own scenario."""
     records = {record["name"]: record for record in _records()}
     claims = 0
-    for number, paragraph, under in _paragraphs(_section(readme, "3")):
+    for number, paragraph, under in _paragraphs(_section(readme, SCENARIOS_SECTION)):
         claims += _check_setup(number, paragraph, records)
         for field, value in re.findall(r"`(\w+): ([^`]+)`", paragraph):
             if under not in records:
@@ -523,8 +524,8 @@ def check_prose(readme: Sequence[str]) -> str:
         if under in records:  # about one scenario: its ticks, epochs and final writer
             claims += _check_sentence(number, paragraph, records[under])
     if not claims:
-        raise Drift(f"{README} section 3 states nothing this check can compare")
-    return f"prose: {claims} statements in section 3 agree with {EVIDENCE}"
+        raise Drift(f"{README} section {SCENARIOS_SECTION} states nothing this check can compare")
+    return f"prose: {claims} statements in section {SCENARIOS_SECTION} agree with {EVIDENCE}"
 
 
 def _check_setup(number: int, paragraph: str, records: dict[str, dict[str, Any]]) -> int:
