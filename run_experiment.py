@@ -14,6 +14,7 @@ section "exploring every schedule".
 
 import contextlib
 import enum
+import functools
 import json
 import math
 import multiprocessing
@@ -587,6 +588,7 @@ class Bound:
     last_tick: int = 5
     ttl: int = 2
 
+    @functools.lru_cache(maxsize=None)  # noqa: B019 - a few bounds, a few steps each
     def step(self, h: int, position: int, tick: int) -> Step:
         """Holder h's step at `position`; its k-th write sends its name and k, as "A1"."""
         actor, action = "ABCDEFGH"[h], self.program[position]
@@ -737,7 +739,7 @@ def explore(
             for key in sorted(layer, key=repr):  # a reproducible order, one row's states together
                 state, ((ticks, holders), counts) = key[0] if brute_force else key, layer[key]
                 for h, tick in _next(bound, state):
-                    step = bound.step(h, state.positions[h], tick)
+                    step = bound.step(h, state.positions[h], tick)  # cached: steps are few
                     after, events = bench.play(state, h, step)
                     raised, played = _flags(state, h, step, after, events), played + 1
                     prefix = ((*ticks, tick), (*holders, h))

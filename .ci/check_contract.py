@@ -452,8 +452,7 @@ def _constants() -> dict[str, Any]:
 # function, must give the value): a change to one must change the other, everywhere.
 STATED: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("leases.BUSY_TIMEOUT_SECONDS", r"busy timeout of (\d+) s", float),
-    ("run_experiment.DEFAULT_TIMEOUT", r"\(default (\d+)\)", float),
-    ("run_experiment.MAX_TIMEOUT", r"at most ([\d,]+) s\b", lambda n: float(n.replace(",", ""))),
+    ("run_experiment.DEFAULT_TIMEOUT", r"given up after (\d+) s", float),
     ("run_experiment._MAX_EXPECTED_BYTES", r"at most (\d+) MiB", lambda text: int(text) * 2**20),
     ("run_experiment._SHOWN_DIFFERENCES", r"first (\d+) differing", int),
     ("run_experiment.EXIT_SIGNALLED", r"exit (\d+) plus", int),
@@ -722,6 +721,81 @@ def check_breakages(readme: Sequence[str]) -> Iterator[tuple[bool, str]]:
                 yield True, (f"{breakage} caught by {', '.join(failed)} (as listed{also})")
 
 
+# --- check 7: README's examples run, and its table of the default exploration is a fresh one ---
+
+
+def _blocks(readme: Sequence[str], language: str) -> Iterator[tuple[int, str]]:
+    """Each fenced code block of `language`: its first line's number, and its text."""
+    start = None
+    for number, line in enumerate(readme, start=1):
+        if start is None and line.strip() == f"```{language}":
+            start, text = number + 1, []
+        elif start is not None and line.strip() == "```":
+            yield start, "\n".join(text) + "\n"
+            start = None
+        elif start is not None:
+            text.append(line)
+
+
+def check_examples(readme: Sequence[str]) -> str:
+    """Every ```python block of README runs as a script of its own and exits 0."""
+    blocks = list(_blocks(readme, "python"))
+    if not blocks:
+        raise Drift(f"{README} has no python example")
+    with tempfile.TemporaryDirectory(prefix="check-examples-") as folder:
+        for number, (line, text) in enumerate(blocks, start=1):
+            script = os.path.join(folder, f"example_{number}.py")
+            with open(script, "w", encoding="utf-8") as file:
+                file.write(text)
+            run = subprocess.run([sys.executable, script], cwd=folder, capture_output=True,
+                                 text=True, timeout=120, check=False,
+                                 env={**os.environ, "PYTHONPATH": ROOT})
+            if run.returncode != 0:
+                last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise Drift(f"{README} line {line}: the example exits {run.returncode}: {last}")
+    return f"examples: the {len(blocks)} python examples of {README} run"
+
+
+def check_exploration(readme: Sequence[str]) -> str:
+    """The default bound README describes, and its table, are what --explore gives now."""
+    text = " ".join(" ".join(readme).split())
+    said = re.search(r"The default bound, (\d+) holders × \(([a-z, ]+)\), ticks 0 to (\d+), "
+                     r"ttl (\d+)", text)
+    numbers = re.search(r"([\d,]+) schedules = multinomial.*? through ([\d,]+) states and "
+                        r"([\d,]+) transitions", text)
+    if said is None or numbers is None:
+        raise Drift(f"{README} no longer describes the default bound of --explore")
+    bound = _constants()["run_experiment.Bound"]()
+    described = (int(said.group(1)), said.group(2), int(said.group(3)), int(said.group(4)))
+    actual = (bound.holders, ", ".join(a.value for a in bound.program), bound.last_tick,
+              bound.ttl)
+    if described != actual:
+        raise Drift(f"{README} describes the default bound as {described}, the code has {actual}")
+    with tempfile.TemporaryDirectory(prefix="check-explore-") as folder:
+        output = os.path.join(folder, "table.json")
+        subprocess.run([sys.executable, "run_experiment.py", "--explore", "--output", output],
+                       cwd=ROOT, capture_output=True, timeout=300, check=True)
+        with open(output, encoding="utf-8") as file:
+            table = json.load(file)
+    stated = [int(n.replace(",", "")) for n in numbers.groups()]
+    if stated != [table["schedules"], table["states"], table["transitions"]]:
+        raise Drift(f"{README} says {stated} schedules, states and transitions; --explore gives "
+                    f"{[table['schedules'], table['states'], table['transitions']]}")
+    rows = _table(readme, "schedules with", "fenced", "unfenced").rows
+    for line, row in rows:
+        name = row["schedules with"].split(" (")[0]
+        for receiver in ("fenced", "unfenced"):
+            count = table["classes"][receiver].get(name)
+            if count is None or int(row[receiver].replace(",", "")) != count:
+                raise Drift(f"{README} line {line}: {receiver} {name!r} is {row[receiver]}, "
+                            f"but --explore counts {count}")
+    if {row["schedules with"].split(" (")[0] for _, row in rows} != set(table["classes"]["fenced"]):
+        raise Drift(f"{README}'s exploration table does not have one row per class")
+    if any(table["violations"].values()):
+        raise Drift(f"--explore finds a failing check: {table['violations']}")
+    return f"exploration: {README}'s table of the default bound is a fresh run's"
+
+
 # --- running the checks ---
 
 
@@ -739,7 +813,7 @@ def main() -> int:
         readme = _read(README).splitlines()
         quick: list[Callable[[Sequence[str]], str]] = [
             check_diagrams, check_prose, check_fields, check_tests, check_exit_codes,
-            check_numbers,
+            check_numbers, check_examples, check_exploration,
         ]
         for check in quick:
             try:
