@@ -588,7 +588,7 @@ class Bound:
     last_tick: int = 5
     ttl: int = 2
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - a few bounds, a few steps each
+    @functools.cache  # noqa: B019 - a few bounds, a few steps each
     def step(self, h: int, position: int, tick: int) -> Step:
         """Holder h's step at `position`; its k-th write sends its name and k, as "A1"."""
         actor, action = "ABCDEFGH"[h], self.program[position]
@@ -823,7 +823,7 @@ _STOP_SIGNAL_SOURCES = {
     "SIGHUP": "the terminal closed",
     "SIGINT": "Ctrl-C",
     "SIGQUIT": "Ctrl-backslash",
-    "SIGTERM": "kill, timeout, a CI runner cancelling a job",
+    "SIGTERM": "kill, timeout, a cancelled CI job",
 }
 _STOP_SIGNALS = tuple(sorted(getattr(signal, name) for name in _STOP_SIGNAL_SOURCES
                              if hasattr(signal, name)))
@@ -838,12 +838,12 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     )),
     (EXIT_DIFFERENT, (
         f"with --check, the run differs from EXPECTED: the first {_SHOWN_DIFFERENCES} differing "
-        "JSON paths are listed, verdicts first, and --output is still written; with --explore, "
-        "a check failed: the first failing schedule is shown"
+        "JSON paths, verdicts first (--output is still written); with --explore, a check "
+        "failed: the first failing schedule"
     )),
     (EXIT_USAGE, (
-        "bad arguments, or a file or stdout that cannot be read or written; one line on "
-        "stderr, and nothing written"
+        "bad arguments, or a file or stdout that cannot be read or written: one line on "
+        "stderr, nothing written"
     )),
     (EXIT_FAILED, "a scenario failed or hung; the scenario and the step are named"),
     (EXIT_CLOSED_STDOUT, (
@@ -852,8 +852,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     )),
     *((EXIT_SIGNALLED + number, (
         f"stopped by {signal.Signals(number).name} "
-        f"({_STOP_SIGNAL_SOURCES[signal.Signals(number).name]}); every worker stopped, every "
-        "temporary folder removed, nothing written"
+        f"({_STOP_SIGNAL_SOURCES[signal.Signals(number).name]}): workers stopped, temporary "
+        "folders removed, nothing written"
     )) for number in _STOP_SIGNALS),
 )
 
