@@ -441,22 +441,15 @@ def _stop(process: "BaseProcess") -> None:
 
 
 def _play(play: _Play, timeout: float) -> dict[str, Any]:
-    """Release the scenario's steps one at a time; the record of what happened.
-
-    A worker that dies without a word (killed, say) is noticed when its step's timeout ends.
-    """
+    """Release the scenario's steps one at a time; the record of what happened."""
     events = []
     for index, step in enumerate(play.scenario.steps):
         where, worker = f"step {index} ({step})", play.workers[step.actor]
         play.released[index].set()
-        try:
-            reported, event, error = play.reports.get(timeout=timeout)
-        except queue.Empty:
-            error, event = f"no report within {timeout:g} s, exit code {worker.exitcode}", None
-        else:
-            error = error or (None if reported == index else "another step reported")
-        if error is not None or event is None:
-            raise ExperimentError(play.scenario.name, where, f"worker {step.actor}: {error}")
+        reported, event, error = _report(play.reports, worker, timeout)
+        if error is not None or event is None or reported != index:
+            problem = error or f"step {reported} reported"
+            raise ExperimentError(play.scenario.name, where, f"worker {step.actor}: {problem}")
         events.append(event)
         if all(later.actor != step.actor for later in play.scenario.steps[index + 1 :]):
             # Its last step: the next is released only once this worker has exited, so that
@@ -469,6 +462,23 @@ def _play(play: _Play, timeout: float) -> dict[str, Any]:
         return _record(play.scenario, play.db_path, events)
     except LeaseError as exc:
         raise ExperimentError(play.scenario.name, "recording", str(exc)) from exc
+
+
+def _report(reports: "Queue[_Report]", worker: "BaseProcess", timeout: float) -> _Report:
+    """The next report, or one saying why none came: within `timeout`, or from a dead worker.
+
+    The wait is cut into slices of 0.1 s only to notice, that soon, a worker that died
+    without a word (killed, or one that could not even start): a report ends it at once.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return reports.get(timeout=min(0.1, timeout))
+        except queue.Empty:
+            if not worker.is_alive() and reports.empty():
+                return -1, None, f"ended without a report, exit code {worker.exitcode}"
+            if time.monotonic() >= deadline:
+                return -1, None, f"no report within {timeout:g} s"
 
 
 def _record(scenario: Scenario, db_path: str, events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -509,12 +519,14 @@ def timeline(record: dict[str, Any]) -> str:
         if event["stored_epoch"] is not None:
             held = f"epoch {event['stored_epoch']}, {event['stored_value']!r}"
             detail = f"{event['value']!r} -> receiver holds {held}"
+        elif event["outcome"] == "held":
+            detail = f"by epoch {event['epoch']}, live until tick {event['expires_at']}"
         elif event["expires_at"] is not None:
-            whose = "a live lease" if event["outcome"] == "held" else "lease"
-            detail = f"{whose} until tick {event['expires_at']}"
+            detail = f"lease until tick {event['expires_at']}"
         else:
             detail = ""
-        epoch = "" if event["epoch"] is None else f"epoch {event['epoch']}"
+        shown = event["epoch"] is not None and event["outcome"] != "held"
+        epoch = f"epoch {event['epoch']}" if shown else ""
         lines.append(f"  tick {event['tick']:>2}  {event['actor']}  {event['action']:<7}  "
                      f"{epoch:<8}  {event['outcome']:<8}  {detail}".rstrip())
     verdict = record["verdict"]
@@ -636,9 +648,12 @@ class _Bench:
             self.raw.execute("COMMIT")
         held = state.leases[h]
         lease = None if held is None else Lease(RESOURCE, step.actor, *held)
-        lease, event = _perform(step, lease, self.authority, self.receivers[0])
-        wrote = step.action is Action.WRITE and lease is not None
-        events = [event, _write(step, lease, self.receivers[1]) if wrote and lease else event]
+        try:
+            lease, event = _perform(step, lease, self.authority, self.receivers[0])
+            wrote = step.action is Action.WRITE and lease is not None
+            events = [event, _write(step, lease, self.receivers[1]) if wrote and lease else event]
+        except Exception as exc:  # noqa: BLE001 - a broken library: an answer no model gives
+            events = [_event(step, f"raised {type(exc).__name__}: {exc}")] * 2
         row = self.raw.execute("SELECT holder, epoch, expires_at FROM leases").fetchone()
         stored = tuple(self.raw.execute(
             "SELECT stored_epoch, stored_value FROM receiver_decisions WHERE fenced = ?"
@@ -770,14 +785,22 @@ def _next(bound: Bound, state: _State) -> Iterator[tuple[int, int]]:
 
 def _replay(
     bench: _Bench, bound: Bound, state: _State, ticks: tuple[int, ...], holders: tuple[int, ...]
-) -> list[list[dict[str, Any]]]:
-    """The events of one schedule, played again from the start: the fenced and the unfenced."""
+) -> tuple[list[list[dict[str, Any]]], list[Any]]:
+    """The events of one schedule played again from the start, at the fenced and the unfenced
+    receiver; and where its last step and the model part, if they do."""
     runs: list[list[dict[str, Any]]] = [[], []]
     for tick, h in zip(ticks, holders):
-        state, events = bench.play(state, h, bound.step(h, state.positions[h], tick))
+        step = bound.step(h, state.positions[h], tick)
+        expected, answers = _model(state, h, step)
+        state, events = bench.play(state, h, step)
         runs[0].append(events[0])
         runs[1].append(events[1])
-    return runs
+    fields = ("outcome", "epoch", "expires_at", "stored_epoch", "stored_value")
+    parts = {"answers": ([[e[f] for f in fields] for e in events], [list(a) for a in answers]),
+             "lease row": (state.row, expected.row), "receivers hold": (state.stored,
+             expected.stored), "holder's lease": (state.leases[h], expected.leases[h])}
+    return runs, [f"{part} {json.dumps(got)}, where the model expects {json.dumps(wanted)}"
+                  for part, (got, wanted) in parts.items() if got != wanted]
 
 
 def _table(
@@ -805,7 +828,10 @@ def _table(
             for r, receiver in enumerate(("fenced", "unfenced"))
         },
         "violations": {name: having(2 * width + c) for c, name in enumerate(CHECKS)},
-        "witnesses": {name: runs[name.startswith("unfenced")] for name, runs in witnesses.items()},
+        "witnesses": {name: runs[name.startswith("unfenced")]
+                      for name, (runs, _) in witnesses.items() if name not in CHECKS},
+        "failures": {name: {"fenced": runs[0], "unfenced": runs[1], "model expects": parted}
+                     for name, (runs, parted) in witnesses.items() if name in CHECKS},
     }
 
 
@@ -912,9 +938,10 @@ def _parser() -> "argparse.ArgumentParser":
     parser.add_argument("--check", metavar="EXPECTED", help="compare the run with this "
                         f"evidence file (a regular file of at most {_MAX_EXPECTED_BYTES >> 20} "
                         "MiB); key order and whitespace do not matter")
-    parser.add_argument("--output", metavar="PATH", help="write the evidence (or the table of "
-                        "--explore) to this regular file, replacing it whole, or creating it; a "
-                        "symlink's target is replaced and the link kept (default: stdout)")
+    parser.add_argument("--output", metavar="PATH", help="write the evidence, or the table of "
+                        "--explore, as JSON to this regular file, replacing it whole, or creating "
+                        "it; a symlink's target is replaced and the link kept (default: the "
+                        "evidence to stdout; --explore prints its report there instead)")
     explore = parser.add_argument_group(
         "exploring every schedule", "instead of the scenarios, play every schedule of a bound "
         "on the real code, in this process, and count what happened")
@@ -972,8 +999,11 @@ def _output_target(path: str, check: str | None) -> str:
             raise _UsageError(f"cannot write {shown}: it is not a regular file")
         if check is not None and os.path.samestat(status, os.stat(check)):
             raise _UsageError(f"--output {shown} is the --check file it is compared with")
-    with tempfile.TemporaryFile(dir=os.path.dirname(target)):  # can a file be made there?
-        pass
+    try:
+        with tempfile.TemporaryFile(dir=os.path.dirname(target)):  # can a file be made there?
+            pass
+    except OSError as exc:
+        raise _UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
     return target
 
 
@@ -986,12 +1016,17 @@ def _replace(target: str, text: str) -> None:
     os.umask(umask)
     exists = os.path.exists(target)
     mode = stat.S_IMODE(os.stat(target).st_mode) if exists else 0o666 & ~umask
-    fd, staged = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".tmp")
+    try:
+        fd, staged = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".tmp")
+    except OSError as exc:  # named by the file the user gave, not by a temporary one
+        raise OSError(exc.errno, exc.strerror, target) from None
     try:
         os.chmod(fd, mode)
         with os.fdopen(fd, "w", encoding="ascii", newline="\n") as file:
             file.write(text)
         os.replace(staged, target)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, target) from None
     finally:
         with contextlib.suppress(FileNotFoundError):  # gone already once renamed
             os.unlink(staged)
@@ -1117,13 +1152,18 @@ def _explored(table: dict[str, Any], seconds: float) -> tuple[int, str]:
           for name in classes["fenced"]),
         f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(CHECKS)})",
     ]
-    shown = failed[:1] or ["unfenced lost update", "fenced stale refused", "fenced gap"]
-    for name in (name for name in shown if name in table["witnesses"]):
-        events = table["witnesses"][name]
-        title = f"the first failing schedule ({name})" if failed else f"the smallest {name}"
-        receiver = "unfenced" if name.startswith("unfenced") else "fenced"
+    shown = [(f"the smallest {name}", name.split()[0], table["witnesses"][name])
+             for name in ("unfenced lost update", "fenced stale refused", "fenced gap")
+             if name in table["witnesses"]]
+    if failed:  # the smallest schedule that fails the first check, at both receivers
+        failure = table["failures"][failed[0]]
+        shown = [(f"the first schedule failing {failed[0]!r}", receiver, failure[receiver])
+                 for receiver in ("fenced", "unfenced")]
+        lines.extend(f"  its last step: {part}" for part in failure["model expects"])
+    for title, receiver, events in shown:
+        verdict = judge([e for e in events if not e["outcome"].startswith("raised")])
         lines.append(timeline({"name": title, "receiver": receiver, "events": events,
-                               "verdict": judge(events)}))
+                               "verdict": verdict}))
     return (EXIT_DIFFERENT if failed else EXIT_OK), "\n".join(lines)
 
 

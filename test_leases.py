@@ -1162,10 +1162,12 @@ class CommandLineTests(unittest.TestCase):
             def get(self, timeout: float) -> Any:
                 reported = self.real.get(timeout=timeout)
                 if reported[1] is not None:
-                    events.append([reported[1][key] for key in ("epoch", "expires_at", "outcome")])
+                    event = reported[1]
+                    events.append([event["epoch"], event["expires_at"], event["outcome"]])
                 return reported
 
-        def watched(scenario: Scenario, path: str, released: Any, reports: Any, workers: Any) -> Any:
+        def watched(scenario: Scenario, path: str, released: Any, reports: Any,
+                    workers: Any) -> Any:
             watched_released: Any = [Watch(event, workers) for event in released]
             watched_reports: Any = Watch(reports, workers)
             return play(scenario, path, watched_released, watched_reports, workers)
