@@ -436,7 +436,9 @@ def _connect(path: str) -> sqlite3.Connection:
         if not os.path.lexists(path):
             _create(path)
         _check_file(path)
-        look = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+        # Immutable: only the file itself is read, so that looking makes no -wal or -shm file
+        # beside one that is then refused.  The model's tables never change once made.
+        look = sqlite3.connect(_uri(path, "ro&immutable=1"), uri=True)
         with contextlib.closing(look):
             _check_tables(look, path)
         # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
@@ -465,12 +467,12 @@ def _check_tables(connection: sqlite3.Connection, path: str) -> None:
     """LeaseError unless the model's tables are there, exactly as this library makes them.
 
     SQLite's names ignore case, and tables, views, indexes and triggers share them.  A trigger
-    on a model table would change what its statements do, so it is refused too.  Tables of
-    other names are no concern of the model's.
+    or an index on a model table would change what its statements do, so it is refused too.
+    Tables of other names are no concern of the model's.
     """
     found = connection.execute(
-        "SELECT type, name, sql FROM sqlite_master WHERE lower(name) IN (?, ?)"
-        " OR (type = 'trigger' AND lower(tbl_name) IN (?, ?))",
+        "SELECT type, name, sql FROM sqlite_master"
+        " WHERE lower(name) IN (?, ?) OR lower(tbl_name) IN (?, ?)",
         (*_TABLES, *_TABLES),
     ).fetchall()
     if sorted(found) != sorted(("table", name, sql) for name, sql in _TABLES.items()):

@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from leases import Lease, LeaseAuthority, LeaseError, LeaseHeld, LeaseLost, Receiver
 
@@ -378,6 +378,7 @@ def run_scenarios(
         raise ValueError(f"timeout must be a number of seconds from 0 to 1e6, got {timeout!r}")
     backstop = timeout * (sum(len(s.steps) + 1 for s in scenarios) + 1)
     context = multiprocessing.get_context("spawn")
+    _start_resource_tracker()
     with _CleanUp() as cleanup:
         plays = []  # kept to the end: a worker still starting up needs its Events to exist
         for scenario in scenarios:
@@ -416,20 +417,17 @@ def _start(
             raise ExperimentError(scenario.name, "start", str(exc)) from exc
         released = [context.Event() for _ in scenario.steps]
         reports: Queue[_Report] = context.Queue()
-    workers: dict[str, BaseProcess] = {}
-    for actor in scenario.actors:
-        script = [(i, step) for i, step in enumerate(scenario.steps) if step.actor == actor]
-        workers[actor] = context.Process(
-            target=_worker,
-            name=f"{scenario.name}:{actor}",
-            args=(db_path, scenario.fenced, script, released, reports, backstop),
-            daemon=True,  # should the clean-up never run, the interpreter's exit ends it
-        )
-        # Held again: the first Event above may have started multiprocessing's resource
-        # tracker, which lets SIGINT and SIGTERM through; the worker inherits the hold.
-        with _held():
+        workers: dict[str, BaseProcess] = {}
+        for actor in scenario.actors:
+            script = [(i, step) for i, step in enumerate(scenario.steps) if step.actor == actor]
+            workers[actor] = context.Process(
+                target=_worker,
+                name=f"{scenario.name}:{actor}",
+                args=(db_path, scenario.fenced, script, released, reports, backstop),
+                daemon=True,  # should the clean-up never run, the interpreter's exit ends it
+            )
             cleanup.callback(_stop, workers[actor])  # runs before the folder is removed
-            workers[actor].start()
+            workers[actor].start()  # inherits the hold; see _worker
     return _Play(scenario, db_path, released, reports, workers)
 
 
@@ -448,8 +446,11 @@ def _play(play: _Play, timeout: float) -> dict[str, Any]:
         play.released[index].set()
         reported, event, error = _report(play.reports, worker, timeout)
         if error is not None or event is None or reported != index:
+            # Another worker may have failed first, a later step's waiting for its turn, say.
+            steps = play.scenario.steps
+            who = steps[reported].actor if 0 <= reported < len(steps) else step.actor
             problem = error or f"step {reported} reported"
-            raise ExperimentError(play.scenario.name, where, f"worker {step.actor}: {problem}")
+            raise ExperimentError(play.scenario.name, where, f"worker {who}: {problem}")
         events.append(event)
         if all(later.actor != step.actor for later in play.scenario.steps[index + 1 :]):
             # Its last step: the next is released only once this worker has exited, so that
@@ -902,6 +903,20 @@ def _held() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, with the stop signals held, if not yet.
+
+    The tracker, which removes the semaphores behind Events and Queues, keeps the hold: a
+    signal sent to the whole process group stops us, not it.  Started later, by the first
+    Event, it would let SIGINT and SIGTERM through again in the middle of a held block.
+    """
+    if _MASKABLE:
+        from multiprocessing import resource_tracker
+
+        with _held():
+            resource_tracker.ensure_running()
+
+
 def _hold_for_good() -> None:
     """Hold the stop signals back from now on, the interpreter's exit included."""
     if _MASKABLE:
@@ -968,21 +983,31 @@ def _read_expected(path: str) -> object:
     """The parsed --check file: a bounded regular file of JSON, no key repeated in an object."""
     shown = _shown_path(path)
     # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
-    with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise _UsageError(f"expected evidence {shown} is not a regular file")
-        data = file.read(_MAX_EXPECTED_BYTES + 1)
+        with open(fd, "rb", closefd=False) as file:
+            data = file.read(_MAX_EXPECTED_BYTES + 1)
+    finally:
+        os.close(fd)
     if len(data) > _MAX_EXPECTED_BYTES:
         raise _UsageError(f"expected evidence {shown} is more than {_MAX_EXPECTED_BYTES} bytes")
 
     def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        for key, _ in pairs:
-            if [name for name, _ in pairs].count(key) > 1:
+        found: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in found:
                 raise _UsageError(f"expected evidence {shown} has the key {key!r} twice")
-        return dict(pairs)
+            found[key] = value
+        return found
+
+    def not_json(constant: str) -> NoReturn:
+        raise ValueError(f"{constant} is not JSON")
 
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=no_repeats)
+        return json.loads(data.decode("utf-8"), object_pairs_hook=no_repeats,
+                          parse_constant=not_json)
     except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
         raise _UsageError(f"expected evidence {shown} is not JSON: {exc}") from None
 
@@ -993,12 +1018,16 @@ def _output_target(path: str, check: str | None) -> str:
     if not path or path.endswith((os.sep, os.altsep or os.sep)):
         raise _UsageError(f"--output must name a file, got {shown!r}")
     target = os.path.realpath(path)  # the link stays; what it points to gets the evidence
+    if os.path.islink(target):  # resolving it went round in a loop
+        raise _UsageError(f"cannot write {shown}: its symbolic links go round in a loop")
     if os.path.exists(target):
         status = os.stat(target)
         if not stat.S_ISREG(status.st_mode):
             raise _UsageError(f"cannot write {shown}: it is not a regular file")
         if check is not None and os.path.samestat(status, os.stat(check)):
             raise _UsageError(f"--output {shown} is the --check file it is compared with")
+        if not os.access(target, os.W_OK):  # a rename would replace it all the same
+            raise _UsageError(f"cannot write {shown}: permission denied")
     try:
         with tempfile.TemporaryFile(dir=os.path.dirname(target)):  # can a file be made there?
             pass
@@ -1080,7 +1109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CLOSED_STDOUT
     except (OSError, _UsageError) as exc:  # a file, a folder, or stdout
         where = getattr(exc, "filename", None)
-        where = "" if where is None else f"{_shown_path(os.fsdecode(where))}: "
+        where = f"{_shown_path(os.fsdecode(where))}: " if isinstance(where, (str, bytes)) else ""
         _note(f"run_experiment.py: error: {where}{getattr(exc, 'strerror', None) or exc}")
         return EXIT_USAGE
     finally:
@@ -1089,8 +1118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
-    with _held():  # a stop now arrives once the checks are done: they leave nothing behind
-        expected = None if args.check is None else _read_expected(args.check)
+    expected = None if args.check is None else _read_expected(args.check)
+    with _held():  # a stop now arrives once the probe is done: it leaves nothing behind
         target = None if args.output is None else _output_target(args.output, args.check)
     if args.explore and args.check is not None:
         raise _UsageError("--explore has nothing to compare with --check")

@@ -8,20 +8,23 @@ The checks, cheapest first:
    for byte the one `draw` makes from the scenario's events: every tick, epoch, expiry, outcome
    and stored (epoch, value), the receiver's fenced or unfenced label and every note come from
    results.json by a fixed rule, so no number in a diagram is written by hand.
-2. prose: in section 3, every `field: value` under a scenario's heading is that scenario's
+2. prose: in the scenarios' section, every `field: value` under a scenario's heading is that scenario's
    verdict in results.json, every "tick N" and "epoch N" in its paragraphs is one of its own,
    the final value's writer is its own, and the common setup ("A acquires at tick 0 with ttl
    10 ...") is every scenario's first event.
 3. tests: every `Class.test_name` that README.md cites is a method of that class in
-   test_leases.py, every test there is cited at least once, every guarantee of section 4 cites
+   test_leases.py, every test there is cited at least once, every rule of the contract cites
    one, every concurrency test still forces its interleaving (calls `_try_to_overtake`), and
    wherever README.md says "N tests", N is the number of tests in the file.
 4. exit codes: the codes under "exit codes:" in `run_experiment.py --help` and the rows of
    README.md's | exit code | meaning | table are the same, with the same meanings.
 5. numbers: each value in STATED (a limit, a timeout) appears in README.md, every time, as
-   the code has it, and every "exit N" is one of the code's exit codes.  Section 7's table of
+   the code has it, and every "exit N" is one of the code's exit codes.  The table of
    evidence fields names exactly the fields of results.json, the verdict's included.
-6. breakages: each row of README.md's | file | replace this | with this | caught by | table is
+6. examples: every ```python block of README.md runs as a script of its own, and exits 0.
+7. exploration: the default bound README.md describes is the code's, and its table of that
+   bound (schedules, states, transitions, each class at each receiver) is a fresh --explore's.
+8. breakages: each row of README.md's | file | replace this | with this | caught by | table is
    applied alone to a scratch copy of the code, where the whole suite then runs: the text must
    occur exactly once, the suite must fail, and every test the row names must have failed.
 
