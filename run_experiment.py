@@ -328,6 +328,11 @@ def _worker(
     except Exception as exc:  # noqa: BLE001 - whatever it was, the engine must hear of it
         reports.put((index, None, f"{type(exc).__name__}: {exc}"))
         sys.exit(1)
+    # All it leaves is what it committed, and the engine waits for it to be gone: once its
+    # last report is flushed, it skips the interpreter's own exit, which takes longer.
+    reports.close()
+    reports.join_thread()
+    os._exit(0)
 
 
 # --- the engine ---
@@ -404,17 +409,14 @@ def _start(
     cleanup: _CleanUp,
 ) -> _Play:
     """Make the scenario's folder and database, and start its workers, waiting for step 0."""
+    try:
+        folder = _scratch(cleanup, "leases-experiment-")
+    except OSError as exc:
+        raise ExperimentError(scenario.name, "start", str(exc)) from exc
+    db_path = os.path.join(folder, "scenario.sqlite3")  # the first worker to open it makes it
     # Everything is made with the stop signals held and its clean-up registered before they
     # are let through, so that a stop at any moment leaves nothing behind.
     with _held():
-        try:
-            folder = tempfile.mkdtemp(prefix="leases-experiment-")
-            cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
-            db_path = os.path.join(folder, "scenario.sqlite3")
-            with LeaseAuthority(db_path), Receiver(db_path):  # the workers only open it
-                pass
-        except (LeaseError, OSError) as exc:
-            raise ExperimentError(scenario.name, "start", str(exc)) from exc
         released = [context.Event() for _ in scenario.steps]
         reports: Queue[_Report] = context.Queue()
         workers: dict[str, BaseProcess] = {}
@@ -429,6 +431,14 @@ def _start(
             cleanup.callback(_stop, workers[actor])  # runs before the folder is removed
             workers[actor].start()  # inherits the hold; see _worker
     return _Play(scenario, db_path, released, reports, workers)
+
+
+def _scratch(cleanup: _CleanUp, prefix: str) -> str:
+    """A new temporary folder, made with the stop signals held and its removal registered."""
+    with _held():
+        folder = tempfile.mkdtemp(prefix=prefix)
+        cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _stop(process: "BaseProcess") -> None:
@@ -745,10 +755,7 @@ def explore(
     # holders), and how many schedules reach it with each set of flags.
     layer: dict[Any, Any] = {(start, ()) if brute_force else start: (((), ()), Counter({0: 1}))}
     with _CleanUp() as cleanup:
-        with _held():
-            folder = tempfile.mkdtemp(prefix="leases-explore-")
-            cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
-        bench = _Bench(os.path.join(folder, "explore.sqlite3"))
+        bench = _Bench(os.path.join(_scratch(cleanup, "leases-explore-"), "explore.sqlite3"))
         cleanup.callback(bench.close)
         for _ in range(bound.holders * len(bound.program)):
             following: dict[Any, Any] = {}
