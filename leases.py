@@ -436,11 +436,12 @@ def _connect(path: str) -> sqlite3.Connection:
         if not os.path.lexists(path):
             _create(path)
         _check_file(path)
-        # Immutable: only the file itself is read, so that looking makes no -wal or -shm file
-        # beside one that is then refused.  The model's tables never change once made.
-        look = sqlite3.connect(_uri(path, "ro&immutable=1"), uri=True)
-        with contextlib.closing(look):
-            _check_tables(look, path)
+        # First the file alone (immutable), so that looking at a file that is then refused
+        # makes no -wal or -shm beside it; then with its log, which may hold more.
+        for mode in ("ro&immutable=1", "ro"):
+            look = sqlite3.connect(_uri(path, mode), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+            with contextlib.closing(look):
+                _check_tables(look, path)
         # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
         return sqlite3.connect(
             _uri(path, "rw"),

@@ -1012,9 +1012,12 @@ def _read_expected(path: str) -> object:
     def not_json(constant: str) -> NoReturn:
         raise ValueError(f"{constant} is not JSON")
 
+    def finite(text: str) -> float:
+        return float(text) if math.isfinite(float(text)) else not_json(text)
+
     try:
         return json.loads(data.decode("utf-8"), object_pairs_hook=no_repeats,
-                          parse_constant=not_json)
+                          parse_constant=not_json, parse_float=finite)
     except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
         raise _UsageError(f"expected evidence {shown} is not JSON: {exc}") from None
 
@@ -1141,8 +1144,6 @@ def _main(argv: Sequence[str] | None) -> int:
         except ExperimentError as exc:
             _note(f"run_experiment.py: failed: {exc}")
             return EXIT_FAILED
-        for record in document["scenarios"]:
-            _note(timeline(record))
         code, report = _compared(expected, document, args.check)
     _hold_for_good()  # the run is over: what is left takes milliseconds, and a stop now
     # could only leave the output written with a "stopped" exit code
@@ -1152,6 +1153,8 @@ def _main(argv: Sequence[str] | None) -> int:
         _say(report or text.rstrip("\n"))
     if target is not None:
         _replace(target, text)
+    for record in document.get("scenarios", []):  # last: a failure above is one line alone
+        _note(timeline(record))
     return code
 
 

@@ -146,11 +146,12 @@ def _write_pausing(
 
 
 def _leave_open_in_wal_mode(db_path: str) -> None:
-    """Commit a table to a new WAL database and end without closing it, as a killed program."""
-    connection = sqlite3.connect(db_path)
+    """Make the model's tables, then a trigger on one that stays in the WAL log only: the
+    program ends without closing the database, as a killed one does."""
+    connection = sqlite3.connect(db_path, isolation_level=None)
+    connection.executescript(";".join(leases._TABLES.values()))
     connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("CREATE TABLE leases (a)")
-    connection.commit()
+    connection.execute("CREATE TRIGGER t BEFORE INSERT ON leases BEGIN SELECT RAISE(IGNORE); END")
     os._exit(0)
 
 
@@ -925,8 +926,8 @@ class DurabilityAndInputTests(unittest.TestCase):
             unusable.append(os.path.join(folder, f"foreign-{number}.sqlite3"))
             with contextlib.closing(sqlite3.connect(unusable[-1])) as connection:
                 connection.executescript(statement)
-        # One left by another program in WAL mode, its log not yet folded into the file: the
-        # program ended without closing it, as a killed one does.
+        # One left by another program in WAL mode, with a trigger only in its log, not yet
+        # folded into the file: the program ended without closing it, as a killed one does.
         unusable.append(os.path.join(folder, "live.sqlite3"))
         program = _start(self, _leave_open_in_wal_mode, unusable[-1])
         program.join(TIMEOUT)
