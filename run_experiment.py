@@ -1128,11 +1128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if args.explore and args.check is not None:
+        raise _UsageError("--explore has nothing to compare with --check")
     expected = None if args.check is None else _read_expected(args.check)
     with _held():  # a stop now arrives once the probe is done: it leaves nothing behind
         target = None if args.output is None else _output_target(args.output, args.check)
-    if args.explore and args.check is not None:
-        raise _UsageError("--explore has nothing to compare with --check")
+    timelines: list[str] = []  # the scenarios', for stderr
     if args.explore:
         started = time.monotonic()
         bound = Bound(args.holders, tuple(map(Action, args.program)), args.last_tick, args.ttl)
@@ -1145,6 +1146,7 @@ def _main(argv: Sequence[str] | None) -> int:
             _note(f"run_experiment.py: failed: {exc}")
             return EXIT_FAILED
         code, report = _compared(expected, document, args.check)
+        timelines = [timeline(record) for record in document["scenarios"]]
     _hold_for_good()  # the run is over: what is left takes milliseconds, and a stop now
     # could only leave the output written with a "stopped" exit code
     text = canonical_json(document)
@@ -1153,8 +1155,8 @@ def _main(argv: Sequence[str] | None) -> int:
         _say(report or text.rstrip("\n"))
     if target is not None:
         _replace(target, text)
-    for record in document.get("scenarios", []):  # last: a failure above is one line alone
-        _note(timeline(record))
+    for lines in timelines:  # last: a failure to write above is then one line alone
+        _note(lines)
     return code
 
 

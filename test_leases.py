@@ -919,9 +919,11 @@ class DurabilityAndInputTests(unittest.TestCase):
             "CREATE TABLE LEASES (name TEXT)",  # SQLite's names ignore case
             "CREATE VIEW receiver_decisions AS SELECT 1",  # views share the tables' names
             leases._TABLES["leases"],  # one of the model's tables, without the other
-            # The model's own tables, with a trigger that would quietly drop every grant.
+            # The model's own tables, with a trigger that would quietly drop every grant, or an
+            # index that would refuse a holder's second grant.
             (f"{tables}; CREATE TRIGGER drop_grants BEFORE INSERT ON leases"
              " BEGIN SELECT RAISE(IGNORE); END"),
+            f"{tables}; CREATE UNIQUE INDEX one_grant ON leases (holder)",
         ]):
             unusable.append(os.path.join(folder, f"foreign-{number}.sqlite3"))
             with contextlib.closing(sqlite3.connect(unusable[-1])) as connection:
@@ -1093,9 +1095,13 @@ class CommandLineTests(unittest.TestCase):
         link, hard = os.path.join(folder.name, "link.json"), os.path.join(folder.name, "hard.json")
         os.symlink(tampered, link)
         os.link(tampered, hard)
-        repeated = os.path.join(folder.name, "repeated.json")
+        repeated, infinite = (os.path.join(folder.name, name) for name in ("r.json", "i.json"))
         with open(repeated, "w", encoding="utf-8") as file:
             file.write('{"scenarios": [], "scenarios": []}')
+        with open(infinite, "w", encoding="utf-8") as file:
+            file.write('{"scenarios": 1e400}')  # too large for a float: not JSON
+        loop = os.path.join(folder.name, "loop")
+        os.symlink(loop, loop)
         huge = os.path.join(folder.name, "huge.json")
         with open(huge, "wb") as sparse:
             sparse.truncate(16 * 2**20 + 1)
@@ -1104,6 +1110,9 @@ class CommandLineTests(unittest.TestCase):
             (("--check", fifo), "is not a regular file"),
             (("--output", fifo), "is not a regular file"),
             (("--check", repeated), "has the key 'scenarios' twice"),
+            (("--check", infinite), "1e400 is not JSON"),
+            (("--check", folder.name), "is not a regular file"),
+            (("--output", loop), "go round in a loop"),
             (("--check", huge), f"is more than {16 * 2**20} bytes"),
             (("--check", tampered, "--output", link), "is the --check file"),
             (("--check", tampered, "--output", hard), "is the --check file"),
@@ -1117,6 +1126,7 @@ class CommandLineTests(unittest.TestCase):
                 self.assertEqual(len(err.splitlines()), 1, err)
                 self.assertIn(reason, err)
         self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+        self.assertTrue(os.path.islink(loop))
         self.assertEqual(json.loads(_bytes(tampered)), document)
         # A new --output file gets the mode the umask allows.
         previous = os.umask(0o077)
