@@ -27,13 +27,7 @@ from collections.abc import Iterator
 from typing import NamedTuple, TypeVar
 
 __all__ = [
-    "Lease",
-    "LeaseAuthority",
-    "LeaseError",
-    "LeaseHeld",
-    "LeaseLost",
-    "Outcome",
-    "Receiver",
+    "Lease", "LeaseAuthority", "LeaseError", "LeaseHeld", "LeaseLost", "Outcome", "Receiver",
     "WriteResult",
 ]
 
@@ -79,7 +73,7 @@ class LeaseError(Exception):
 
 
 class LeaseHeld(LeaseError):
-    """An acquisition met a live lease; `lease` (and its fields) say who holds it until when."""
+    """An acquisition met a live lease: `lease` says who holds it, at which epoch, until when."""
 
     def __init__(self, lease: Lease) -> None:
         super().__init__(
@@ -87,9 +81,6 @@ class LeaseHeld(LeaseError):
             f"until tick {lease.expires_at}"
         )
         self.lease = lease
-        self.holder = lease.holder
-        self.epoch = lease.epoch
-        self.expires_at = lease.expires_at
 
 
 class LeaseLost(LeaseError):
@@ -155,19 +146,27 @@ class _Database:
 
     @contextlib.contextmanager
     def _use(self, *, write: bool) -> Iterator[sqlite3.Connection]:
-        """The connection, in one write transaction if `write`; SQLite's errors as LeaseError.
+        """The connection; if `write`, in one write transaction, rolled back if the block raises.
 
-        Only errors of SQLite are translated: LeaseHeld and LeaseLost raised in the block pass
-        through as they are, after the transaction has been rolled back.
+        IMMEDIATE takes the write lock before the first read, so no other writer can come
+        between the block's read and its write.  SQLite's errors come out as LeaseError;
+        LeaseHeld and LeaseLost raised in the block pass through as they are.
         """
-        if self._connection is None:
+        connection = self._connection
+        if connection is None:
             raise LeaseError(f"{self._KIND} on {self.path!r} is closed")
         try:
-            if write:
-                with _transaction(self._connection) as connection:
-                    yield connection
-            else:
-                yield self._connection
+            if not write:
+                yield connection
+                return
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+                connection.execute("COMMIT")  # inside: a COMMIT that fails (disk full) rolls back
+            except BaseException:
+                if connection.in_transaction:  # SQLite may have rolled back already
+                    connection.execute("ROLLBACK")
+                raise
         except sqlite3.Error as exc:
             raise LeaseError(f"{self._KIND} on {self.path!r} failed: {_reason(exc)}") from exc
 
@@ -405,17 +404,12 @@ _TABLES = {
 
 def _check_path(path: object) -> str:
     """The absolute path of a database file, or TypeError/ValueError naming `path`."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
-    name = os.fspath(path)
+    name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
     if not isinstance(name, str):
-        raise TypeError(f"path must name a file with a str, got {path!r}")
-    if not name or "\x00" in name:
-        raise ValueError(f"path must be a non-empty file name without NUL, got {path!r}")
-    # The model is several processes sharing one file: a private in-memory database, or a
-    # URI that SQLite might read as options, would model nothing and could leave stray files.
-    if name == ":memory:" or name.startswith("file:"):
-        raise ValueError(f"path must be a plain file path, not an SQLite special name: {path!r}")
+        raise TypeError(f"path must be a str or os.PathLike of a str, got {path!r}")
+    # The model is processes sharing one file: SQLite's in-memory and URI names share none.
+    if not name or "\x00" in name or name == ":memory:" or name.startswith("file:"):
+        raise ValueError(f"path must be a plain file name, non-empty, without NUL: {path!r}")
     try:
         return os.path.abspath(name)
     except OSError as exc:  # a relative name, and the working folder is gone
@@ -425,17 +419,17 @@ def _check_path(path: object) -> str:
 def _connect(path: str) -> sqlite3.Connection:
     """Open the database at `path` (absolute), making it if nothing is there; else LeaseError.
 
-    A file that is there already must be a database this library made, and is checked before
-    SQLite may change it, through a read-only connection: a connection that could write would
-    fold a refused database's log (in WAL mode) into the file as it closed.
+    A file already there must be a database as this library makes them.  It is checked through
+    read-only connections before SQLite may change it: one that could write would fold a
+    refused database's log (in WAL mode) into the file as it closed.
     """
-    folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        raise LeaseError(f"cannot open database path {path!r}: folder {folder!r} does not exist")
     try:
         if not os.path.lexists(path):
             _create(path)
-        _check_file(path)
+        # Only stat()ed, never opened: closing any descriptor of a file drops every POSIX lock
+        # this process holds on it, the locks of its open SQLite connections included.
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block; a symlink is followed
+            raise LeaseError(f"cannot open database path {path!r}: it is not a regular file")
         # First the file alone (immutable), so that looking at a file that is then refused
         # makes no -wal or -shm beside it; then with its log, which may hold more.
         for mode in ("ro&immutable=1", "ro"):
@@ -453,24 +447,10 @@ def _connect(path: str) -> sqlite3.Connection:
         raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
 
 
-def _check_file(path: str) -> None:
-    """Refuse, unchanged, anything at `path` that is not a regular file (a FIFO would block).
-
-    The file is only stat()ed, never opened here: closing any descriptor of a file drops every
-    POSIX lock this process holds on it, including the locks of SQLite connections already
-    open on it.  What is in it is for SQLite and _check_tables to judge.
-    """
-    if not stat.S_ISREG(os.stat(path).st_mode):  # a symbolic link's target is what SQLite opens
-        raise LeaseError(f"cannot open database path {path!r}: it is not a regular file")
-
-
 def _check_tables(connection: sqlite3.Connection, path: str) -> None:
-    """LeaseError unless the model's tables are there, exactly as this library makes them.
-
-    SQLite's names ignore case, and tables, views, indexes and triggers share them.  A trigger
-    or an index on a model table would change what its statements do, so it is refused too.
-    Tables of other names are no concern of the model's.
-    """
+    """LeaseError unless the model's tables are there exactly as this library makes them, and
+    nothing else goes by their names: no view, and no index or trigger that would change what
+    their statements do.  (SQLite's names ignore case.)  Other tables are no concern of ours."""
     found = connection.execute(
         "SELECT type, name, sql FROM sqlite_master"
         " WHERE lower(name) IN (?, ?) OR lower(tbl_name) IN (?, ?)",
@@ -484,11 +464,8 @@ def _check_tables(connection: sqlite3.Connection, path: str) -> None:
 
 
 def _uri(path: str, mode: str) -> str:
-    """An SQLite URI for the file `path`, every byte that is not plainly safe escaped.
-
-    A URI is the only way to ask SQLite not to create a file (mode=rw); escaping bytes rather
-    than characters also carries a file name that is not valid UTF-8.
-    """
+    """An SQLite URI (the only way to forbid SQLite to create a file) for the file `path`,
+    escaped byte by byte, so that a name that is not valid UTF-8 is carried too."""
     safe = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/-_.~"
     name = "".join(chr(b) if b in safe else f"%{b:02X}" for b in os.fsencode(path))
     return f"file:{name}?mode={mode}"
@@ -501,14 +478,12 @@ def _reason(exc: BaseException) -> str:
 def _create(path: str) -> None:
     """Put a whole new WAL database with the model's tables at `path`, unless one is there.
 
-    It is made as a draft beside `path` and linked into place in one step, so that `path` is
-    always either absent or finished: processes that open one new file at the same moment
-    never see it half made, and a draft that cannot be finished (a full disk) is removed,
-    leaving nothing at `path`.  Like any new file, it gets the mode the umask allows.
+    It is made as a draft, with the mode the umask allows, and linked into place in one step:
+    processes that open one new file at once never see it half made, and a draft that cannot
+    be finished (a full disk) is removed, leaving nothing at `path`.
     """
-    # SQLite would take these for the new database's own, and replay or delete them.  Once
-    # `path` exists they are its own: another process created it meanwhile.  (lstat also
-    # refuses a name too long to have them, before anything is made.)
+    # SQLite would take these for the new database's own, and replay or delete them, unless
+    # `path` appeared meanwhile.  (lstat also refuses a name too long to have them.)
     for stray in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):
         with contextlib.suppress(FileNotFoundError):
             os.lstat(stray)
@@ -533,20 +508,3 @@ def _create(path: str) -> None:
         for name in (draft, f"{draft}-wal", f"{draft}-shm", f"{draft}-journal"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)
-
-
-@contextlib.contextmanager
-def _transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """Run the block as one write transaction, rolled back if it raises.
-
-    IMMEDIATE takes the write lock before the first read, so a read-decide-write block cannot
-    interleave with another writer; a deferred BEGIN would read, then fail to upgrade.
-    """
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        yield connection
-        connection.execute("COMMIT")  # inside: a COMMIT that fails (a full disk) rolls back too
-    except BaseException:
-        if connection.in_transaction:  # SQLite may have rolled back already, on some errors
-            connection.execute("ROLLBACK")
-        raise

@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from leases import Lease, LeaseAuthority, LeaseError, LeaseHeld, LeaseLost, Receiver
 
@@ -41,20 +41,8 @@ if TYPE_CHECKING:  # only for annotations: the spawn context makes the real obje
     from multiprocessing.synchronize import Event
 
 __all__ = [
-    "EXIT_CODES",
-    "SCENARIOS",
-    "Action",
-    "Bound",
-    "ExperimentError",
-    "Scenario",
-    "Step",
-    "canonical_json",
-    "differences",
-    "explore",
-    "judge",
-    "main",
-    "run_scenarios",
-    "timeline",
+    "EXIT_CODES", "SCENARIOS", "Action", "Bound", "ExperimentError", "Scenario", "Step",
+    "canonical_json", "differences", "explore", "judge", "main", "run_scenarios", "timeline",
 ]
 
 RESOURCE = "quarterly-report"
@@ -120,8 +108,6 @@ class Scenario:
             raise TypeError(f"{where}: steps must be a tuple of Step, got {self.steps!r}")
         if not (isinstance(self.name, str) and self.name and self.steps):
             raise ValueError(f"{where}: name (a str) and steps must not be empty")
-        if not isinstance(self.fenced, bool) or not isinstance(self.summary, str):
-            raise TypeError(f"{where}: fenced must be a bool and summary a str")
         for index, step in enumerate(self.steps):
             earlier = self.steps[:index]
             if earlier and step.tick < earlier[-1].tick:
@@ -202,7 +188,7 @@ def _perform(
         try:
             lease = authority.acquire(RESOURCE, step.actor, now=step.tick, ttl=step.ttl)
         except LeaseHeld as held:
-            return lease, _event(step, "held", held.epoch, held.expires_at)
+            return lease, _event(step, "held", held.lease.epoch, held.lease.expires_at)
         return lease, _event(step, "granted", lease.epoch, lease.expires_at)
     if lease is None:  # it never got one, lost it, or gave it back
         return None, _event(step, "no lease")
@@ -374,20 +360,17 @@ def run_scenarios(
         # multiprocessing checks before it refuses to start a process then.
         raise SystemExit("run_scenarios() ran while a worker imported your script: "
                          'call it under `if __name__ == "__main__":`')
-    if isinstance(scenarios, (str, bytes)) or not all(isinstance(s, Scenario) for s in scenarios):
-        raise TypeError(f"scenarios must be a sequence of Scenario, got {scenarios!r}")
-    names = [scenario.name for scenario in scenarios]
-    if not names or len(set(names)) != len(names):
-        raise ValueError(f"scenarios must be a non-empty sequence with distinct names: {names!r}")
     if not isinstance(timeout, (int, float)) or not 0 < timeout <= 1e6:
         raise ValueError(f"timeout must be a number of seconds from 0 to 1e6, got {timeout!r}")
     backstop = timeout * (sum(len(s.steps) + 1 for s in scenarios) + 1)
     context = multiprocessing.get_context("spawn")
     _start_resource_tracker()
     with _CleanUp() as cleanup:
+        folder = _scratch(cleanup, "leases-experiment-")
         plays = []  # kept to the end: a worker still starting up needs its Events to exist
-        for scenario in scenarios:
-            plays.append(_start(scenario, context, backstop, cleanup))
+        for number, scenario in enumerate(scenarios):
+            db_path = os.path.join(folder, f"{number}.sqlite3")  # its first worker makes it
+            plays.append(_start(scenario, db_path, context, backstop, cleanup))
         return {"scenarios": [_play(play, timeout) for play in plays]}
 
 
@@ -404,16 +387,12 @@ class _CleanUp(contextlib.ExitStack):
 
 def _start(
     scenario: Scenario,
+    db_path: str,
     context: multiprocessing.context.SpawnContext,
     backstop: float,
     cleanup: _CleanUp,
 ) -> _Play:
-    """Make the scenario's folder and database, and start its workers, waiting for step 0."""
-    try:
-        folder = _scratch(cleanup, "leases-experiment-")
-    except OSError as exc:
-        raise ExperimentError(scenario.name, "start", str(exc)) from exc
-    db_path = os.path.join(folder, "scenario.sqlite3")  # the first worker to open it makes it
+    """Start the scenario's workers, each waiting for its first step."""
     # Everything is made with the stop signals held and its clean-up registered before they
     # are let through, so that a stop at any moment leaves nothing behind.
     with _held():
@@ -793,22 +772,15 @@ def _next(bound: Bound, state: _State) -> Iterator[tuple[int, int]]:
 
 def _replay(
     bench: _Bench, bound: Bound, state: _State, ticks: tuple[int, ...], holders: tuple[int, ...]
-) -> tuple[list[list[dict[str, Any]]], list[Any]]:
-    """The events of one schedule played again from the start, at the fenced and the unfenced
-    receiver; and where its last step and the model part, if they do."""
+) -> list[list[dict[str, Any]]]:
+    """The events of one schedule played again from the start: at the fenced receiver, then
+    at the unfenced one."""
     runs: list[list[dict[str, Any]]] = [[], []]
     for tick, h in zip(ticks, holders):
-        step = bound.step(h, state.positions[h], tick)
-        expected, answers = _model(state, h, step)
-        state, events = bench.play(state, h, step)
+        state, events = bench.play(state, h, bound.step(h, state.positions[h], tick))
         runs[0].append(events[0])
         runs[1].append(events[1])
-    fields = ("outcome", "epoch", "expires_at", "stored_epoch", "stored_value")
-    parts = {"answers": ([[e[f] for f in fields] for e in events], [list(a) for a in answers]),
-             "lease row": (state.row, expected.row), "receivers hold": (state.stored,
-             expected.stored), "holder's lease": (state.leases[h], expected.leases[h])}
-    return runs, [f"{part} {json.dumps(got)}, where the model expects {json.dumps(wanted)}"
-                  for part, (got, wanted) in parts.items() if got != wanted]
+    return runs
 
 
 def _table(
@@ -837,9 +809,9 @@ def _table(
         },
         "violations": {name: having(2 * width + c) for c, name in enumerate(CHECKS)},
         "witnesses": {name: runs[name.startswith("unfenced")]
-                      for name, (runs, _) in witnesses.items() if name not in CHECKS},
-        "failures": {name: {"fenced": runs[0], "unfenced": runs[1], "model expects": parted}
-                     for name, (runs, parted) in witnesses.items() if name in CHECKS},
+                      for name, runs in witnesses.items() if name not in CHECKS},
+        "failures": {name: {"fenced": runs[0], "unfenced": runs[1]}
+                     for name, runs in witnesses.items() if name in CHECKS},
     }
 
 
@@ -852,43 +824,28 @@ EXIT_FAILED = 3
 EXIT_CLOSED_STDOUT = 32  # EPIPE, as CPython's own `python3 -m json.tool` exits on a closed pipe
 EXIT_SIGNALLED = 128  # plus the signal's number, the shell's convention: Ctrl-C is 130
 
-# The signals that stop a run as Ctrl-C does, and how a user sends each.
-_STOP_SIGNAL_SOURCES = {
-    "SIGHUP": "the terminal closed",
-    "SIGINT": "Ctrl-C",
-    "SIGQUIT": "Ctrl-backslash",
-    "SIGTERM": "kill, timeout, a cancelled CI job",
-}
-_STOP_SIGNALS = tuple(sorted(getattr(signal, name) for name in _STOP_SIGNAL_SOURCES
-                             if hasattr(signal, name)))
+# The signals that stop a run as Ctrl-C does: a closed terminal, Ctrl-C, Ctrl-\, kill.
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM")
+                      if hasattr(signal, name))
 _MASKABLE = hasattr(signal, "pthread_sigmask")
 _SHOWN_DIFFERENCES = 10
 _MAX_EXPECTED_BYTES = 16 * 1024 * 1024  # the evidence is a few kilobytes
 
 # Every exit code and its meaning, exactly as --help prints them and README lists them.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
-    (EXIT_OK, (
-        "success: with --check, the run reproduced EXPECTED; with --explore, every check held"
-    )),
+    (EXIT_OK, "success: --check reproduced EXPECTED, or every --explore check held"),
     (EXIT_DIFFERENT, (
-        f"with --check, the run differs from EXPECTED: the first {_SHOWN_DIFFERENCES} differing "
-        "JSON paths, verdicts first (--output is still written); with --explore, a check "
-        "failed: the first failing schedule"
-    )),
+        f"--check differs from EXPECTED: the first {_SHOWN_DIFFERENCES} differing JSON paths, "
+        "verdicts first (--output is still written); or an --explore check failed: the first "
+        "failing schedule")),
     (EXIT_USAGE, (
         "bad arguments, or a file or stdout that cannot be read or written: one line on "
-        "stderr, nothing written"
-    )),
+        "stderr, nothing written")),
     (EXIT_FAILED, "a scenario failed or hung; the scenario and the step are named"),
-    (EXIT_CLOSED_STDOUT, (
-        "stdout was closed before the report was written (| true); quiet, as python3 -m "
-        "json.tool is"
-    )),
+    (EXIT_CLOSED_STDOUT, "stdout was closed before the report was written (| true); quiet"),
     *((EXIT_SIGNALLED + number, (
-        f"stopped by {signal.Signals(number).name} "
-        f"({_STOP_SIGNAL_SOURCES[signal.Signals(number).name]}): workers stopped, temporary "
-        "folders removed, nothing written"
-    )) for number in _STOP_SIGNALS),
+        f"stopped by {signal.Signals(number).name}: workers stopped, temporary folders "
+        "removed, nothing written")) for number in _STOP_SIGNALS),
 )
 
 
@@ -911,12 +868,10 @@ def _held() -> Iterator[None]:
 
 
 def _start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker now, with the stop signals held, if not yet.
-
-    The tracker, which removes the semaphores behind Events and Queues, keeps the hold: a
-    signal sent to the whole process group stops us, not it.  Started later, by the first
-    Event, it would let SIGINT and SIGTERM through again in the middle of a held block.
-    """
+    """Start multiprocessing's resource tracker, which removes the semaphores behind Events
+    and Queues, with the stop signals held: it keeps the hold, so a stop sent to the whole
+    process group spares it.  (Started by the first Event instead, it would also let SIGINT
+    and SIGTERM through again in the middle of a held block.)"""
     if _MASKABLE:
         from multiprocessing import resource_tracker
 
@@ -928,7 +883,6 @@ def _hold_for_good() -> None:
     """Hold the stop signals back from now on, the interpreter's exit included."""
     if _MASKABLE:
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-
 
 def _parser() -> "argparse.ArgumentParser":
     import argparse
@@ -981,68 +935,51 @@ def _parser() -> "argparse.ArgumentParser":
     return parser
 
 
-def _shown_path(path: str) -> str:
-    """`path` as a person can read it: escaped if it holds anything unprintable."""
-    return path if path.isprintable() else ascii(path)
-
-
 def _read_expected(path: str) -> object:
     """The parsed --check file: a bounded regular file of JSON, no key repeated in an object."""
-    shown = _shown_path(path)
     # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _UsageError(f"expected evidence {shown} is not a regular file")
+            raise _UsageError(f"expected evidence {path!r} is not a regular file")
         with open(fd, "rb", closefd=False) as file:
             data = file.read(_MAX_EXPECTED_BYTES + 1)
     finally:
         os.close(fd)
     if len(data) > _MAX_EXPECTED_BYTES:
-        raise _UsageError(f"expected evidence {shown} is more than {_MAX_EXPECTED_BYTES} bytes")
+        raise _UsageError(f"expected evidence {path!r} is more than {_MAX_EXPECTED_BYTES} bytes")
 
     def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         found: dict[str, Any] = {}
         for key, value in pairs:
             if key in found:
-                raise _UsageError(f"expected evidence {shown} has the key {key!r} twice")
+                raise _UsageError(f"expected evidence {path!r} has the key {key!r} twice")
             found[key] = value
         return found
 
-    def not_json(constant: str) -> NoReturn:
-        raise ValueError(f"{constant} is not JSON")
-
-    def finite(text: str) -> float:
-        return float(text) if math.isfinite(float(text)) else not_json(text)
-
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=no_repeats,
-                          parse_constant=not_json, parse_float=finite)
+        return json.loads(data.decode("utf-8"), object_pairs_hook=no_repeats)
     except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
-        raise _UsageError(f"expected evidence {shown} is not JSON: {exc}") from None
+        raise _UsageError(f"expected evidence {path!r} is not JSON: {exc}") from None
 
 
 def _output_target(path: str, check: str | None) -> str:
     """The regular file that --output PATH will replace (a symlink's target), checked now."""
-    shown = _shown_path(path)
     if not path or path.endswith((os.sep, os.altsep or os.sep)):
-        raise _UsageError(f"--output must name a file, got {shown!r}")
+        raise _UsageError(f"--output must name a file, got {path!r}")
     target = os.path.realpath(path)  # the link stays; what it points to gets the evidence
     if os.path.islink(target):  # resolving it went round in a loop
-        raise _UsageError(f"cannot write {shown}: its symbolic links go round in a loop")
+        raise _UsageError(f"cannot write {path!r}: its symbolic links go round in a loop")
     if os.path.exists(target):
         status = os.stat(target)
         if not stat.S_ISREG(status.st_mode):
-            raise _UsageError(f"cannot write {shown}: it is not a regular file")
+            raise _UsageError(f"cannot write {path!r}: it is not a regular file")
         if check is not None and os.path.samestat(status, os.stat(check)):
-            raise _UsageError(f"--output {shown} is the --check file it is compared with")
+            raise _UsageError(f"--output {path!r} is the --check file it is compared with")
         if not os.access(target, os.W_OK):  # a rename would replace it all the same
-            raise _UsageError(f"cannot write {shown}: permission denied")
-    try:
-        with tempfile.TemporaryFile(dir=os.path.dirname(target)):  # can a file be made there?
-            pass
-    except OSError as exc:
-        raise _UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
+            raise _UsageError(f"cannot write {path!r}: permission denied")
+    if not os.access(os.path.dirname(target), os.W_OK):  # refused now, not after the run
+        raise _UsageError(f"cannot write {path!r}: its folder is missing or not writable")
     return target
 
 
@@ -1051,24 +988,22 @@ def _replace(target: str, text: str) -> None:
 
     An existing file keeps its mode; a new one gets what the umask allows, as any new file.
     """
-    umask = os.umask(0o077)  # read it, and make the staged file private meanwhile
+    umask = os.umask(0o077)  # reading the umask means setting it: put it straight back
     os.umask(umask)
-    exists = os.path.exists(target)
-    mode = stat.S_IMODE(os.stat(target).st_mode) if exists else 0o666 & ~umask
+    mode = stat.S_IMODE(os.stat(target).st_mode) if os.path.exists(target) else 0o666 & ~umask
+    staged = None
     try:
         fd, staged = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".tmp")
-    except OSError as exc:  # named by the file the user gave, not by a temporary one
-        raise OSError(exc.errno, exc.strerror, target) from None
-    try:
-        os.chmod(fd, mode)
         with os.fdopen(fd, "w", encoding="ascii", newline="\n") as file:
+            os.chmod(fd, mode)
             file.write(text)
         os.replace(staged, target)
-    except OSError as exc:
+    except OSError as exc:  # named by the file the user gave, not by a temporary one
         raise OSError(exc.errno, exc.strerror, target) from None
     finally:
-        with contextlib.suppress(FileNotFoundError):  # gone already once renamed
-            os.unlink(staged)
+        if staged is not None:
+            with contextlib.suppress(FileNotFoundError):  # gone already once renamed
+                os.unlink(staged)
 
 
 def _say(text: str) -> None:
@@ -1119,7 +1054,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CLOSED_STDOUT
     except (OSError, _UsageError) as exc:  # a file, a folder, or stdout
         where = getattr(exc, "filename", None)
-        where = f"{_shown_path(os.fsdecode(where))}: " if isinstance(where, (str, bytes)) else ""
+        where = f"{os.fsdecode(where)!r}: " if isinstance(where, (str, bytes)) else ""
         _note(f"run_experiment.py: error: {where}{getattr(exc, 'strerror', None) or exc}")
         return EXIT_USAGE
     finally:
@@ -1131,8 +1066,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.explore and args.check is not None:
         raise _UsageError("--explore has nothing to compare with --check")
     expected = None if args.check is None else _read_expected(args.check)
-    with _held():  # a stop now arrives once the probe is done: it leaves nothing behind
-        target = None if args.output is None else _output_target(args.output, args.check)
+    target = None if args.output is None else _output_target(args.output, args.check)
     timelines: list[str] = []  # the scenarios', for stderr
     if args.explore:
         started = time.monotonic()
@@ -1167,11 +1101,11 @@ def _compared(expected: object, document: dict[str, Any], check: str | None) -> 
     found = sorted(differences(expected, json.loads(canonical_json(document))),
                    key=lambda difference: _meaning_first(difference[0]))
     if not found:
-        return EXIT_OK, (f"reproduced: this run matches {_shown_path(check)} "
-                         f"({len(document['scenarios'])} scenarios)")
+        scenarios = len(document["scenarios"])
+        return EXIT_OK, f"reproduced: this run matches {check!r} ({scenarios} scenarios)"
     more = len(found) - _SHOWN_DIFFERENCES
     return EXIT_DIFFERENT, "\n".join([
-        f"differs: this run does not match {_shown_path(check)} at {len(found)} JSON path(s):",
+        f"differs: this run does not match {check!r} at {len(found)} JSON path(s):",
         *(f"  {path}: expected {_shown(want)}, got {_shown(got)}"
           for path, want, got in found[:_SHOWN_DIFFERENCES]),
         *([f"  ... and {more} more"] if more > 0 else []),
@@ -1200,7 +1134,6 @@ def _explored(table: dict[str, Any], seconds: float) -> tuple[int, str]:
         failure = table["failures"][failed[0]]
         shown = [(f"the first schedule failing {failed[0]!r}", receiver, failure[receiver])
                  for receiver in ("fenced", "unfenced")]
-        lines.extend(f"  its last step: {part}" for part in failure["model expects"])
     for title, receiver, events in shown:
         verdict = judge([e for e in events if not e["outcome"].startswith("raised")])
         lines.append(timeline({"name": title, "receiver": receiver, "events": events,

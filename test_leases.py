@@ -134,7 +134,7 @@ def _acquire_pausing(
         try:
             return ("granted", authority.acquire(RESOURCE, holder, now=now, ttl=10).epoch)
         except LeaseHeld as held:
-            return ("held", held.epoch)
+            return ("held", held.lease.epoch)
 
 
 def _write_pausing(
@@ -621,10 +621,7 @@ class AuthorityTests(unittest.TestCase):
             for holder in ("A", "B"):  # the holder too: extending is what renew is for
                 with self.assertRaises(LeaseHeld) as caught:
                     self.authority.acquire(RESOURCE, holder, now=now, ttl=10)
-                self.assertEqual(
-                    (caught.exception.holder, caught.exception.epoch, caught.exception.expires_at),
-                    ("A", 1, 10),
-                )
+                self.assertEqual(caught.exception.lease, held)
         self.assertEqual(self.authority.current(RESOURCE, now=9), held)
 
     def test_acquisition_at_exactly_the_expiry_tick_succeeds_with_the_next_epoch(self) -> None:
@@ -1095,11 +1092,9 @@ class CommandLineTests(unittest.TestCase):
         link, hard = os.path.join(folder.name, "link.json"), os.path.join(folder.name, "hard.json")
         os.symlink(tampered, link)
         os.link(tampered, hard)
-        repeated, infinite = (os.path.join(folder.name, name) for name in ("r.json", "i.json"))
+        repeated = os.path.join(folder.name, "r.json")
         with open(repeated, "w", encoding="utf-8") as file:
             file.write('{"scenarios": [], "scenarios": []}')
-        with open(infinite, "w", encoding="utf-8") as file:
-            file.write('{"scenarios": 1e400}')  # too large for a float: not JSON
         loop = os.path.join(folder.name, "loop")
         os.symlink(loop, loop)
         huge = os.path.join(folder.name, "huge.json")
@@ -1110,7 +1105,6 @@ class CommandLineTests(unittest.TestCase):
             (("--check", fifo), "is not a regular file"),
             (("--output", fifo), "is not a regular file"),
             (("--check", repeated), "has the key 'scenarios' twice"),
-            (("--check", infinite), "1e400 is not JSON"),
             (("--check", folder.name), "is not a regular file"),
             (("--output", loop), "go round in a loop"),
             (("--check", huge), f"is more than {16 * 2**20} bytes"),
