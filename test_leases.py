@@ -26,7 +26,7 @@ import unittest
 from collections import Counter
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # only for annotations: the context makes the real objects
     from multiprocessing.queues import Queue
@@ -320,52 +320,29 @@ def _dump(path: str) -> list[str]:
         return list(connection.iterdump())
 
 
-class _Run(NamedTuple):
-    """The suite's one run of the README's --check command, whose --output is a symlink."""
-
-    process: subprocess.CompletedProcess[str]
-    written: bytes  # the evidence it wrote, b"" if none
-    output_mode: int  # of the file its output link points to; it was 0o640 before the run
-    link_kept: bool  # the output link is still a link to that file
-
-
-_RUNS: list[_Run] = []
-
-
-def _run() -> _Run:
-    """The README's --check command, run once: the scenario tests and the command-line test
-    all read it.  Its --output is a symlink to an existing file, as a user's may be."""
-    if _RUNS:
-        return _RUNS[0]
+@functools.cache
+def _run() -> tuple["subprocess.CompletedProcess[str]", bytes]:
+    """The README's --check command, run once, and the evidence it wrote (b"" if none): the
+    scenario tests and the command-line test all read it."""
     with tempfile.TemporaryDirectory(prefix="leases-check-") as folder:
-        output, link = os.path.join(folder, "reproduced.json"), os.path.join(folder, "link")
-        with open(output, "w", encoding="utf-8") as file:
-            file.write("an older reproduction")
-        os.chmod(output, 0o640)
-        os.symlink("reproduced.json", link)
+        output = os.path.join(folder, "reproduced.json")
         command = [sys.executable, os.path.join(HERE, "run_experiment.py"),
-                   "--check", "results.json", "--output", link]
+                   "--check", "results.json", "--output", output]
         with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               encoding="utf-8", cwd=HERE) as started:
             try:
                 outputs = started.communicate(timeout=TIMEOUT)
             finally:
                 started.terminate()  # as `kill` does, if it hung: it stops its workers
-        written = _bytes(output)
-        _RUNS.append(_Run(
-            subprocess.CompletedProcess(command, started.returncode, *outputs),
-            b"" if written == b"an older reproduction" else written,
-            stat.S_IMODE(os.stat(output).st_mode),
-            os.path.islink(link) and os.readlink(link) == "reproduced.json",
-        ))
-    return _RUNS[0]
+        written = _bytes(output) if os.path.exists(output) else b""
+    return subprocess.CompletedProcess(command, started.returncode, *outputs), written
 
 
 def _evidence() -> dict[str, dict[str, Any]]:
-    run = _run()
-    if not run.written:
-        raise AssertionError(f"run_experiment.py wrote no evidence:\n{run.process.stderr}")
-    return {record["name"]: record for record in json.loads(run.written)["scenarios"]}
+    process, written = _run()
+    if not written:
+        raise AssertionError(f"run_experiment.py wrote no evidence:\n{process.stderr}")
+    return {record["name"]: record for record in json.loads(written)["scenarios"]}
 
 
 class _Closed(io.StringIO):
@@ -987,13 +964,10 @@ class DurabilityAndInputTests(unittest.TestCase):
 
 class CommandLineTests(unittest.TestCase):
     def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
-        run = _run()
-        self.assertEqual(run.process.returncode, 0, run.process.stderr)
-        self.assertIn("reproduced", run.process.stdout)
-        with open(os.path.join(HERE, "results.json"), "rb") as committed:
-            self.assertEqual(run.written, committed.read())
-        # --output was a symlink: the link stays, its target is replaced whole, mode kept.
-        self.assertEqual((run.link_kept, run.output_mode), (True, 0o640))
+        process, written = _run()
+        self.assertEqual(process.returncode, 0, process.stderr)
+        self.assertIn("reproduced", process.stdout)
+        self.assertEqual(written, _bytes(os.path.join(HERE, "results.json")))
 
         folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
         self.addCleanup(folder.cleanup)
@@ -1019,7 +993,7 @@ class CommandLineTests(unittest.TestCase):
                 setattr(run_experiment, "run_scenarios", played)  # noqa: B010
 
         def evidence() -> Any:
-            return json.loads(run.written)
+            return json.loads(written)
 
         # Changed at two places: only those two are reported, the verdict first; exit 1, and
         # --output is still written.  Changed at twelve: the first ten, and how many more.
@@ -1129,6 +1103,13 @@ class CommandLineTests(unittest.TestCase):
         finally:
             os.umask(previous)
         self.assertEqual(stat.S_IMODE(os.stat(never).st_mode), 0o600)
+        # Through a symlink: the link stays, and its target is replaced whole, its mode kept.
+        link = os.path.join(folder.name, "evidence")
+        os.symlink("never.json", link)
+        os.chmod(never, 0o640)
+        main_after(evidence, "--output", link)
+        self.assertEqual((os.readlink(link), stat.S_IMODE(os.stat(never).st_mode), _bytes(never)),
+                         ("never.json", 0o640, written))
 
         # A scenario is checked when it is built, and a step that fails inside a worker is an
         # ExperimentError naming the scenario and the step, never a bare error.
