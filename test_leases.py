@@ -1087,6 +1087,7 @@ class CommandLineTests(unittest.TestCase):
             (("--explore", "--check", tampered), "nothing to compare with --check"),
             (("--explore", "--program", "acquire", "sleep"), "invalid choice: 'sleep'"),
             (("--output", folder.name + os.sep), "must name a file"),
+            (("--output", os.path.join(folder.name, "no", "x.json")), "folder is missing or not"),
         ]:
             with self.subTest(args=args):
                 code, out, err = _main(*args)
