@@ -411,7 +411,10 @@ def _check_path(path: object) -> str:
     if not name or "\x00" in name or name == ":memory:" or name.startswith("file:"):
         raise ValueError(f"path must be a plain file name, non-empty, without NUL: {path!r}")
     try:
+        os.fsencode(name)
         return os.path.abspath(name)
+    except UnicodeEncodeError:
+        raise ValueError(f"path must be encodable as a file name, got {path!r}") from None
     except OSError as exc:  # a relative name, and the working folder is gone
         raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
 
@@ -430,12 +433,16 @@ def _connect(path: str) -> sqlite3.Connection:
         # this process holds on it, the locks of its open SQLite connections included.
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block; a symlink is followed
             raise LeaseError(f"cannot open database path {path!r}: it is not a regular file")
-        # First the file alone (immutable), so that looking at a file that is then refused
-        # makes no -wal or -shm beside it; then with its log, which may hold more.
-        for mode in ("ro&immutable=1", "ro"):
-            look = sqlite3.connect(_uri(path, mode), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
-            with contextlib.closing(look):
-                _check_tables(look, path)
+        # First the file alone (immutable), so that a file refused for what it holds itself
+        # gets no -wal or -shm beside it.  Another process may be rewriting it (a checkpoint):
+        # what cannot be read then is left to the second look, under SQLite's locks and with
+        # the log, which may hold more.
+        alone = sqlite3.connect(_uri(path, "ro&immutable=1"), uri=True)
+        with contextlib.closing(alone), contextlib.suppress(sqlite3.DatabaseError):
+            _check_tables(alone, path)
+        logged = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+        with contextlib.closing(logged):
+            _check_tables(logged, path)
         # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
         return sqlite3.connect(
             _uri(path, "rw"),

@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from leases import Lease, LeaseAuthority, LeaseError, LeaseHeld, LeaseLost, Receiver
 
@@ -91,11 +91,9 @@ def _is_tick(value: object) -> bool:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A named timeline: the engine releases its steps one at a time, in this order.
-
-    It is checked when it is built: ticks never go back, and each actor starts by acquiring,
-    since every later step of its own uses the lease it last received.
-    """
+    """A named timeline: the engine releases its steps one at a time, in this order.  Its ticks
+    never go back.  An actor's steps use the lease it last received: one that has none yet,
+    or any more, is answered "no lease"."""
 
     name: str
     fenced: bool
@@ -108,23 +106,14 @@ class Scenario:
             raise TypeError(f"{where}: steps must be a tuple of Step, got {self.steps!r}")
         if not (isinstance(self.name, str) and self.name and self.steps):
             raise ValueError(f"{where}: name (a str) and steps must not be empty")
-        for index, step in enumerate(self.steps):
-            earlier = self.steps[:index]
-            if earlier and step.tick < earlier[-1].tick:
-                problem = f"tick {step.tick} comes after tick {earlier[-1].tick}"
-            elif step.action is not Action.ACQUIRE and step.actor not in _acquirers(earlier):
-                problem = f"{step.actor} has not acquired yet"
-            else:
-                continue
-            raise ValueError(f"{where}, step {index} ({step}): {problem}")
+        for index, (before, step) in enumerate(zip(self.steps, self.steps[1:]), start=1):
+            if step.tick < before.tick:
+                raise ValueError(f"{where}, step {index} ({step}): tick {step.tick} comes after "
+                                 f"tick {before.tick}")
 
     @property
     def actors(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(step.actor for step in self.steps))
-
-
-def _acquirers(steps: Sequence[Step]) -> set[str]:
-    return {step.actor for step in steps if step.action is Action.ACQUIRE}
 
 
 # A holds a lease from tick 0 to tick 10; B takes over at tick 10, the exact tick A's lease
@@ -365,7 +354,7 @@ def run_scenarios(
     backstop = timeout * (sum(len(s.steps) + 1 for s in scenarios) + 1)
     context = multiprocessing.get_context("spawn")
     _start_resource_tracker()
-    with _CleanUp() as cleanup:
+    with contextlib.ExitStack() as cleanup:
         folder = _scratch(cleanup, "leases-experiment-")
         plays = []  # kept to the end: a worker still starting up needs its Events to exist
         for number, scenario in enumerate(scenarios):
@@ -374,27 +363,15 @@ def run_scenarios(
         return {"scenarios": [_play(play, timeout) for play in plays]}
 
 
-class _CleanUp(contextlib.ExitStack):
-    """An ExitStack whose callbacks run with the stop signals held.
-
-    A stop signal sent meanwhile cannot cut the clean-up short: it arrives once all is clean.
-    """
-
-    def __exit__(self, *exc_info: object) -> None:  # None: it never swallows an exception
-        with _held():
-            super().__exit__(*exc_info)  # type: ignore[arg-type]
-
-
 def _start(
     scenario: Scenario,
     db_path: str,
     context: multiprocessing.context.SpawnContext,
     backstop: float,
-    cleanup: _CleanUp,
+    cleanup: contextlib.ExitStack,
 ) -> _Play:
     """Start the scenario's workers, each waiting for its first step."""
-    # Everything is made with the stop signals held and its clean-up registered before they
-    # are let through, so that a stop at any moment leaves nothing behind.
+    # Workers start with the stop signals held, and keep them held until they ignore them.
     with _held():
         released = [context.Event() for _ in scenario.steps]
         reports: Queue[_Report] = context.Queue()
@@ -412,11 +389,10 @@ def _start(
     return _Play(scenario, db_path, released, reports, workers)
 
 
-def _scratch(cleanup: _CleanUp, prefix: str) -> str:
-    """A new temporary folder, made with the stop signals held and its removal registered."""
-    with _held():
-        folder = tempfile.mkdtemp(prefix=prefix)
-        cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
+def _scratch(cleanup: contextlib.ExitStack, prefix: str) -> str:
+    """A new temporary folder, removed by `cleanup`."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
     return folder
 
 
@@ -457,15 +433,17 @@ def _play(play: _Play, timeout: float) -> dict[str, Any]:
 def _report(reports: "Queue[_Report]", worker: "BaseProcess", timeout: float) -> _Report:
     """The next report, or one saying why none came: within `timeout`, or from a dead worker.
 
-    The wait is cut into slices of 0.1 s only to notice, that soon, a worker that died
-    without a word (killed, or one that could not even start): a report ends it at once.
+    The wait is cut into slices of 0.1 s to notice, that soon, a stop that main() has noted,
+    or a worker that died without a word (killed, or one that could not even start).
     """
     deadline = time.monotonic() + timeout
     while True:
+        _stop_if_asked()
         try:
             return reports.get(timeout=min(0.1, timeout))
         except queue.Empty:
             if not worker.is_alive() and reports.empty():
+                _stop_if_asked()  # a stop sent to the whole group may have ended it too
                 return -1, None, f"ended without a report, exit code {worker.exitcode}"
             if time.monotonic() >= deadline:
                 return -1, None, f"no report within {timeout:g} s"
@@ -733,12 +711,13 @@ def explore(
     # Each state of a layer: the smallest schedule that reaches it (its ticks, then its
     # holders), and how many schedules reach it with each set of flags.
     layer: dict[Any, Any] = {(start, ()) if brute_force else start: (((), ()), Counter({0: 1}))}
-    with _CleanUp() as cleanup:
+    with contextlib.ExitStack() as cleanup:
         bench = _Bench(os.path.join(_scratch(cleanup, "leases-explore-"), "explore.sqlite3"))
         cleanup.callback(bench.close)
         for _ in range(bound.holders * len(bound.program)):
             following: dict[Any, Any] = {}
             for key in sorted(layer, key=repr):  # a reproducible order, one row's states together
+                _stop_if_asked()
                 state, ((ticks, holders), counts) = key[0] if brute_force else key, layer[key]
                 for h, tick in _next(bound, state):
                     step = bound.step(h, state.positions[h], tick)  # cached: steps are few
@@ -853,6 +832,17 @@ class _UsageError(Exception):
     """Bad arguments or files: exit 2 with one line."""
 
 
+# main() notes each stop signal here, and the run stops at its next wait, so that a stop
+# never lands in the middle of making or removing something, nor inside a finalizer.
+_STOPPED: list[int] = []
+
+
+def _stop_if_asked() -> None:
+    """End the run here, as Ctrl-C does, if main() has noted a stop signal."""
+    if _STOPPED:
+        raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def _held() -> Iterator[None]:
     """Hold the stop signals back while the block runs; one sent meanwhile arrives after it.
@@ -878,11 +868,6 @@ def _start_resource_tracker() -> None:
         with _held():
             resource_tracker.ensure_running()
 
-
-def _hold_for_good() -> None:
-    """Hold the stop signals back from now on, the interpreter's exit included."""
-    if _MASKABLE:
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
 
 def _parser() -> "argparse.ArgumentParser":
     import argparse
@@ -922,16 +907,15 @@ def _parser() -> "argparse.ArgumentParser":
         "exploring every schedule", "instead of the scenarios, play every schedule of a bound "
         "on the real code, in this process, and count what happened")
     explore.add_argument("--explore", action="store_true", help="explore the bound below")
-    explore.add_argument("--holders", type=int, choices=range(1, 9), default=Bound.holders,
-                         metavar="N", help=f"holders A, B, ... (1 to 8, default: {Bound.holders})")
+    explore.add_argument("--holders", type=int, choices=range(1, 9), metavar="N",
+                         help=f"holders A, B, ... (1 to 8, default: {Bound.holders})")
     explore.add_argument("--program", nargs="+", choices=[a.value for a in Action],
-                         default=[a.value for a in Bound.program], metavar="ACTION",
-                         help="what each holder does, in order (default: "
+                         metavar="ACTION", help="what each holder does, in order (default: "
                          f"{' '.join(a.value for a in Bound.program)})")
-    explore.add_argument("--last-tick", type=int, choices=range(100), default=Bound.last_tick,
-                         metavar="T", help=f"ticks 0 to T (0 to 99, default: {Bound.last_tick})")
-    explore.add_argument("--ttl", type=int, choices=range(1, 100), default=Bound.ttl,
-                         metavar="N", help=f"ticks a lease lasts (1 to 99, default: {Bound.ttl})")
+    explore.add_argument("--last-tick", type=int, choices=range(100), metavar="T",
+                         help=f"ticks 0 to T (0 to 99, default: {Bound.last_tick})")
+    explore.add_argument("--ttl", type=int, choices=range(1, 100), metavar="N",
+                         help=f"ticks a lease lasts (1 to 99, default: {Bound.ttl})")
     return parser
 
 
@@ -957,8 +941,12 @@ def _read_expected(path: str) -> object:
             found[key] = value
         return found
 
+    def not_json(constant: str) -> NoReturn:
+        raise ValueError(f"{constant} is not JSON")
+
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=no_repeats)
+        return json.loads(data.decode("utf-8"), object_pairs_hook=no_repeats,
+                          parse_constant=not_json)
     except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
         raise _UsageError(f"expected evidence {path!r} is not JSON: {exc}") from None
 
@@ -976,34 +964,46 @@ def _output_target(path: str, check: str | None) -> str:
             raise _UsageError(f"cannot write {path!r}: it is not a regular file")
         if check is not None and os.path.samestat(status, os.stat(check)):
             raise _UsageError(f"--output {path!r} is the --check file it is compared with")
+        with contextlib.suppress(OSError):  # stdout may be closed
+            if os.path.samestat(status, os.fstat(1)):  # /dev/stdout, say
+                raise _UsageError(f"--output {path!r} is stdout: leave --output out to print")
         if not os.access(target, os.W_OK):  # a rename would replace it all the same
             raise _UsageError(f"cannot write {path!r}: permission denied")
-    if not os.access(os.path.dirname(target), os.W_OK):  # refused now, not after the run
-        raise _UsageError(f"cannot write {path!r}: its folder is missing or not writable")
     return target
 
 
-def _replace(target: str, text: str) -> None:
-    """Write `text` to a new file beside `target`, then rename it into place: whole or not at all.
+def _stage(target: str, cleanup: contextlib.ExitStack) -> str:
+    """An empty file beside `target`, made before the run, so that a folder that cannot take
+    the output is refused then; removed at the end, unless it was renamed into place."""
+    try:
+        fd, staged = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".tmp")
+    except OSError as exc:  # named by the file the user gave, not by a temporary one
+        raise OSError(exc.errno, exc.strerror, target) from None
+    os.close(fd)
+    cleanup.callback(_remove, staged)
+    return staged
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):  # gone already once renamed
+        os.unlink(path)
+
+
+def _replace(staged: str, target: str, text: str) -> None:
+    """Write `text` to `staged`, then rename it over `target`: the output whole or not at all.
 
     An existing file keeps its mode; a new one gets what the umask allows, as any new file.
     """
     umask = os.umask(0o077)  # reading the umask means setting it: put it straight back
     os.umask(umask)
     mode = stat.S_IMODE(os.stat(target).st_mode) if os.path.exists(target) else 0o666 & ~umask
-    staged = None
     try:
-        fd, staged = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="ascii", newline="\n") as file:
-            os.chmod(fd, mode)
+        with open(staged, "w", encoding="ascii", newline="\n") as file:
+            os.chmod(file.fileno(), mode)
             file.write(text)
         os.replace(staged, target)
     except OSError as exc:  # named by the file the user gave, not by a temporary one
         raise OSError(exc.errno, exc.strerror, target) from None
-    finally:
-        if staged is not None:
-            with contextlib.suppress(FileNotFoundError):  # gone already once renamed
-                os.unlink(staged)
 
 
 def _say(text: str) -> None:
@@ -1013,7 +1013,9 @@ def _say(text: str) -> None:
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
-    except ValueError as exc:  # closed meanwhile, or it cannot encode the text
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:  # full, closed meanwhile, or it cannot encode the text
         raise OSError(f"cannot write to stdout: {exc}") from None
 
 
@@ -1027,24 +1029,18 @@ def _note(text: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: the exit code, one of EXIT_CODES.
 
-    main() is the program: it takes the stop signals over, and holds them for good on its
-    way out, so that a signal then can neither cut the clean-up short nor change the exit
-    status.  The first stop signal ends the run, as KeyboardInterrupt; later ones do nothing.
+    main() is the program.  It notes the stop signals rather than be interrupted by them: the
+    first ends the run at its next wait (see _stop_if_asked), once what it made is removed.
+    On its way out it holds them for good, so that a late one cannot change the exit status.
     """
-    stopped: list[int] = []
-
-    def stop(number: int, frame: object) -> None:
-        if not stopped:
-            stopped.append(number)
-            raise KeyboardInterrupt
-
+    _STOPPED.clear()
     for number in _STOP_SIGNALS:
         if signal.getsignal(number) is not signal.SIG_IGN:  # nohup, a script's background job
-            signal.signal(number, stop)
+            signal.signal(number, lambda number, frame: _STOPPED.append(number))
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        number = stopped[0] if stopped else signal.SIGINT
+        number = _STOPPED[0] if _STOPPED else signal.SIGINT
         _note(f"run_experiment.py: stopped by {signal.Signals(number).name}; every worker was "
               "stopped, every temporary folder removed, and nothing was written")
         return EXIT_SIGNALLED + number
@@ -1058,37 +1054,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         _note(f"run_experiment.py: error: {where}{getattr(exc, 'strerror', None) or exc}")
         return EXIT_USAGE
     finally:
-        _hold_for_good()
+        if _MASKABLE:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
 
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    bound = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
+             "program": args.program and tuple(map(Action, args.program))}
+    bound = {name: value for name, value in bound.items() if value is not None}
+    if bound and not args.explore:
+        raise _UsageError("--holders, --program, --last-tick and --ttl go with --explore")
     if args.explore and args.check is not None:
         raise _UsageError("--explore has nothing to compare with --check")
+    try:
+        os.getcwd()  # the workers start there, and relative paths are read from it
+    except OSError:
+        raise _UsageError("the working folder no longer exists: change to one that does") from None
     expected = None if args.check is None else _read_expected(args.check)
     target = None if args.output is None else _output_target(args.output, args.check)
     timelines: list[str] = []  # the scenarios', for stderr
-    if args.explore:
-        started = time.monotonic()
-        bound = Bound(args.holders, tuple(map(Action, args.program)), args.last_tick, args.ttl)
-        document = explore(bound, progress=_note)
-        code, report = _explored(document, time.monotonic() - started)
-    else:
-        try:
-            document = run_scenarios()
-        except ExperimentError as exc:
-            _note(f"run_experiment.py: failed: {exc}")
-            return EXIT_FAILED
-        code, report = _compared(expected, document, args.check)
-        timelines = [timeline(record) for record in document["scenarios"]]
-    _hold_for_good()  # the run is over: what is left takes milliseconds, and a stop now
-    # could only leave the output written with a "stopped" exit code
-    text = canonical_json(document)
-    # The report first: if stdout will not take it, the output is not put in place.
-    if report or target is None:
-        _say(report or text.rstrip("\n"))
-    if target is not None:
-        _replace(target, text)
+    with contextlib.ExitStack() as cleanup:
+        staged = None if target is None else _stage(target, cleanup)
+        if args.explore:
+            started = time.monotonic()
+            document = explore(Bound(**bound), progress=_note)
+            code, report = _explored(document, time.monotonic() - started)
+        else:
+            try:
+                document = run_scenarios()
+            except ExperimentError as exc:
+                _stop_if_asked()  # a stop sent to the whole group may have ended a worker
+                _note(f"run_experiment.py: failed: {exc}")
+                return EXIT_FAILED
+            code, report = _compared(expected, document, args.check)
+            timelines = [timeline(record) for record in document["scenarios"]]
+        _stop_if_asked()  # the last moment a stop ends the run: what is left takes milliseconds
+        text = canonical_json(document)
+        # The report first: if stdout will not take it, the output is not put in place.
+        if report or staged is None:
+            _say(report or text.rstrip("\n"))
+        if staged is not None and target is not None:
+            _replace(staged, target, text)
     for lines in timelines:  # last: a failure to write above is then one line alone
         _note(lines)
     return code
