@@ -605,7 +605,6 @@ def _section(readme: Sequence[str], number: str) -> list[tuple[int, str]]:
 # --- check 6: every listed breakage is caught by the tests README names ---
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Breakage:
     """One row of the table: put `new` in place of `old` in `file`; `caught_by` must fail."""
