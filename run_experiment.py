@@ -869,6 +869,12 @@ def _start_resource_tracker() -> None:
             resource_tracker.ensure_running()
 
 
+def _hold_for_good() -> None:
+    """Hold the stop signals back from now on, the interpreter's exit included."""
+    if _MASKABLE:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+
+
 def _parser() -> "argparse.ArgumentParser":
     import argparse
     import textwrap
@@ -958,15 +964,19 @@ def _output_target(path: str, check: str | None) -> str:
     target = os.path.realpath(path)  # the link stays; what it points to gets the evidence
     if os.path.islink(target):  # resolving it went round in a loop
         raise _UsageError(f"cannot write {path!r}: its symbolic links go round in a loop")
-    if os.path.exists(target):
-        status = os.stat(target)
+    try:
+        status: os.stat_result | None = os.stat(target)  # os.path.exists would hide errors
+    except FileNotFoundError:
+        status = None
+    if status is not None:
         if not stat.S_ISREG(status.st_mode):
             raise _UsageError(f"cannot write {path!r}: it is not a regular file")
         if check is not None and os.path.samestat(status, os.stat(check)):
             raise _UsageError(f"--output {path!r} is the --check file it is compared with")
-        with contextlib.suppress(OSError):  # stdout may be closed
-            if os.path.samestat(status, os.fstat(1)):  # /dev/stdout, say
-                raise _UsageError(f"--output {path!r} is stdout: leave --output out to print")
+        for fd, name in ((1, "stdout"), (2, "stderr")):  # /dev/stdout, say
+            with contextlib.suppress(OSError):  # closed
+                if os.path.samestat(status, os.fstat(fd)):
+                    raise _UsageError(f"--output {path!r} is {name}, where this program writes")
         if not os.access(target, os.W_OK):  # a rename would replace it all the same
             raise _UsageError(f"cannot write {path!r}: permission denied")
     return target
@@ -1054,8 +1064,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _note(f"run_experiment.py: error: {where}{getattr(exc, 'strerror', None) or exc}")
         return EXIT_USAGE
     finally:
-        if _MASKABLE:
-            signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        _hold_for_good()
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -1089,7 +1098,10 @@ def _main(argv: Sequence[str] | None) -> int:
                 return EXIT_FAILED
             code, report = _compared(expected, document, args.check)
             timelines = [timeline(record) for record in document["scenarios"]]
-        _stop_if_asked()  # the last moment a stop ends the run: what is left takes milliseconds
+        _stop_if_asked()  # the last moment a stop ends the run
+        # From here on the stop signals are held: a write to a slow stdout is neither cut
+        # short (Python drops the rest of an interrupted unbuffered write) nor interrupted.
+        _hold_for_good()
         text = canonical_json(document)
         # The report first: if stdout will not take it, the output is not put in place.
         if report or staged is None:

@@ -386,7 +386,7 @@ def _main(
         for number, handler in handlers.items():
             signal.signal(number, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    if code > run_experiment.EXIT_SIGNALLED and code != run_experiment.EXIT_SIGNALLED + heed:
+    if any(number != heed for number in run_experiment._STOPPED):  # noted, whatever the code
         raise KeyboardInterrupt(err.getvalue().strip())
     return code, out.getvalue(), err.getvalue()
 
@@ -1085,6 +1085,7 @@ class CommandLineTests(unittest.TestCase):
             (("--output", os.path.join(folder.name, "no", "x.json")), "No such file"),
             (("--output", os.path.join(tampered, "x.json")), "Not a directory"),
             (("--holders", "3"), "go with --explore"),
+            (("--output", os.path.join(folder.name, "n" * 300)), "File name too long"),
         ]:
             with self.subTest(args=args):
                 code, out, err = _main(*args)
@@ -1101,17 +1102,19 @@ class CommandLineTests(unittest.TestCase):
         finally:
             os.umask(previous)
         self.assertEqual(stat.S_IMODE(os.stat(never).st_mode), 0o600)
-        # --output /dev/stdout, with stdout sent to a file: refused, and that file kept whole.
-        kept = os.path.join(folder.name, "stdout.txt")
-        with open(kept, "w", encoding="utf-8") as redirected:
-            redirected.write("kept\n")
-            redirected.flush()
-            command = [sys.executable, os.path.join(HERE, "run_experiment.py"), "--output",
-                       "/dev/stdout"]
-            refused = subprocess.run(command, stdout=redirected, stderr=subprocess.PIPE,
-                                     encoding="utf-8", timeout=TIMEOUT, check=False)
-        self.assertEqual((refused.returncode, _bytes(kept)), (2, b"kept\n"), refused.stderr)
-        self.assertIn("is stdout", refused.stderr)
+        # --output /dev/stdout, with stdout sent to a file: refused, and that file kept; the
+        # same for stderr.
+        kept = os.path.join(folder.name, "kept.txt")
+        for name in ("stdout", "stderr"):
+            with open(kept, "w", encoding="utf-8") as redirected:
+                redirected.write("kept\n")
+                redirected.flush()
+                command = [sys.executable, os.path.join(HERE, "run_experiment.py"), "--output",
+                           f"/dev/{name}"]
+                refused = subprocess.run(command, timeout=TIMEOUT, check=False, **{
+                    "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, name: redirected})
+            self.assertEqual(refused.returncode, 2, name)
+            self.assertTrue(_bytes(kept).startswith(b"kept\n"), name)  # then, for stderr, why
         # From a working folder that was deleted: one line saying so, exit 2.
         here = os.getcwd()
         os.chdir(tempfile.mkdtemp(dir=folder.name))
@@ -1159,6 +1162,9 @@ class CommandLineTests(unittest.TestCase):
         class Watch:  # in the engine's hands, a step's Event or the Queue: it watches them
             def __init__(self, real: Any, workers: dict[str, BaseProcess]) -> None:
                 self.real, self.workers = real, workers
+
+            def __getattr__(self, name: str) -> Any:  # the rest, as the real one does
+                return getattr(self.real, name)
 
             def set(self) -> None:
                 exit_codes.append({actor: p.exitcode for actor, p in self.workers.items()})
