@@ -443,7 +443,6 @@ def _report(reports: "Queue[_Report]", worker: "BaseProcess", timeout: float) ->
             return reports.get(timeout=min(0.1, timeout))
         except queue.Empty:
             if not worker.is_alive() and reports.empty():
-                _stop_if_asked()  # a stop sent to the whole group may have ended it too
                 return -1, None, f"ended without a report, exit code {worker.exitcode}"
             if time.monotonic() >= deadline:
                 return -1, None, f"no report within {timeout:g} s"
@@ -982,16 +981,16 @@ def _output_target(path: str, check: str | None) -> str:
     return target
 
 
-def _stage(target: str, cleanup: contextlib.ExitStack) -> str:
-    """An empty file beside `target`, made before the run, so that a folder that cannot take
-    the output is refused then; removed at the end, unless it was renamed into place."""
+def _stage(target: str, cleanup: contextlib.ExitStack) -> tuple[str, str]:
+    """`target`, and an empty file beside it, made before the run, so that a folder that cannot
+    take the output is refused then; removed at the end, unless it was renamed into place."""
     try:
         fd, staged = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".tmp")
     except OSError as exc:  # named by the file the user gave, not by a temporary one
         raise OSError(exc.errno, exc.strerror, target) from None
     os.close(fd)
     cleanup.callback(_remove, staged)
-    return staged
+    return target, staged
 
 
 def _remove(path: str) -> None:
@@ -999,7 +998,7 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def _replace(staged: str, target: str, text: str) -> None:
+def _replace(target: str, staged: str, text: str) -> None:
     """Write `text` to `staged`, then rename it over `target`: the output whole or not at all.
 
     An existing file keeps its mode; a new one gets what the umask allows, as any new file.
@@ -1081,10 +1080,11 @@ def _main(argv: Sequence[str] | None) -> int:
     except OSError:
         raise _UsageError("the working folder no longer exists: change to one that does") from None
     expected = None if args.check is None else _read_expected(args.check)
-    target = None if args.output is None else _output_target(args.output, args.check)
     timelines: list[str] = []  # the scenarios', for stderr
     with contextlib.ExitStack() as cleanup:
-        staged = None if target is None else _stage(target, cleanup)
+        output = None  # the file --output replaces, and the one staged beside it
+        if args.output is not None:
+            output = _stage(_output_target(args.output, args.check), cleanup)
         if args.explore:
             started = time.monotonic()
             document = explore(Bound(**bound), progress=_note)
@@ -1093,7 +1093,8 @@ def _main(argv: Sequence[str] | None) -> int:
             try:
                 document = run_scenarios()
             except ExperimentError as exc:
-                _stop_if_asked()  # a stop sent to the whole group may have ended a worker
+                _stop_if_asked()  # a stop sent to the whole group may have ended a worker: the
+                # engine reports it as a failure, but it was a stop
                 _note(f"run_experiment.py: failed: {exc}")
                 return EXIT_FAILED
             code, report = _compared(expected, document, args.check)
@@ -1104,10 +1105,10 @@ def _main(argv: Sequence[str] | None) -> int:
         _hold_for_good()
         text = canonical_json(document)
         # The report first: if stdout will not take it, the output is not put in place.
-        if report or staged is None:
+        if report or output is None:
             _say(report or text.rstrip("\n"))
-        if staged is not None and target is not None:
-            _replace(staged, target, text)
+        if output is not None:
+            _replace(*output, text)
     for lines in timelines:  # last: a failure to write above is then one line alone
         _note(lines)
     return code
