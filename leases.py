@@ -24,7 +24,7 @@ import os
 import sqlite3
 import stat
 from collections.abc import Iterator
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 __all__ = [
     "Lease", "LeaseAuthority", "LeaseError", "LeaseHeld", "LeaseLost", "Outcome", "Receiver",
@@ -35,6 +35,7 @@ __all__ = [
 BUSY_TIMEOUT_SECONDS = 30.0
 
 _SQLITE_INT_MAX = 2**63 - 1
+_MAX_TEXT = 10**9  # SQLite's default bound on a string, in bytes; a longer one cannot be stored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,9 @@ class LeaseHeld(LeaseError):
         )
         self.lease = lease
 
+    def __reduce__(self) -> tuple[Any, ...]:  # rebuilt from its attributes, not its message
+        return type(self), (self.lease,)
+
 
 class LeaseLost(LeaseError):
     """`lease` is no longer the current lease of its resource; `current` is, or None."""
@@ -94,6 +98,9 @@ class LeaseLost(LeaseError):
         self.lease = lease
         self.current = current
         self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.lease, self.current, self.reason)
 
 
 # --- the rules: when a lease is live, and what a fenced receiver applies ---
@@ -159,10 +166,10 @@ class _Database:
             if not write:
                 yield connection
                 return
-            connection.execute("BEGIN IMMEDIATE")
-            try:
+            try:  # BEGIN too: Ctrl-C in its wait for the lock may land just as it returns
+                connection.execute("BEGIN IMMEDIATE")
                 yield connection
-                connection.execute("COMMIT")  # inside: a COMMIT that fails (disk full) rolls back
+                connection.execute("COMMIT")  # a COMMIT that fails (disk full) rolls back
             except BaseException:
                 if connection.in_transaction:  # SQLite may have rolled back already
                     connection.execute("ROLLBACK")
@@ -348,6 +355,8 @@ def _check_text(name: str, value: object, *, empty_ok: bool = False) -> str:
         raise TypeError(f"{name} must be a str, got {value!r}")
     if not value and not empty_ok:
         raise ValueError(f"{name} must be a non-empty str, got {value!r}")
+    if len(value) > _MAX_TEXT:  # checked before encoding: a copy of it may not fit in memory
+        raise ValueError(f"{name} must be at most {_MAX_TEXT:,} characters, got {len(value):,}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -410,6 +419,8 @@ def _check_path(path: object) -> str:
     # The model is processes sharing one file: SQLite's in-memory and URI names share none.
     if not name or "\x00" in name or name == ":memory:" or name.startswith("file:"):
         raise ValueError(f"path must be a plain file name, non-empty, without NUL: {path!r}")
+    if name.endswith(os.sep):
+        raise ValueError(f"path must name a file, not a folder: {path!r}")
     try:
         os.fsencode(name)
         return os.path.abspath(name)
@@ -423,7 +434,7 @@ def _connect(path: str) -> sqlite3.Connection:
     """Open the database at `path` (absolute), making it if nothing is there; else LeaseError.
 
     A file already there must be a database as this library makes them.  It is checked through
-    read-only connections before SQLite may change it: one that could write would fold a
+    a read-only connection before SQLite may change it: one that could write would fold a
     refused database's log (in WAL mode) into the file as it closed.
     """
     try:
@@ -431,24 +442,23 @@ def _connect(path: str) -> sqlite3.Connection:
             _create(path)
         # Only stat()ed, never opened: closing any descriptor of a file drops every POSIX lock
         # this process holds on it, the locks of its open SQLite connections included.
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block; a symlink is followed
+        status = os.stat(path)  # a symlink is followed: SQLite puts the -wal by its target
+        if not stat.S_ISREG(status.st_mode):  # a FIFO would block
             raise LeaseError(f"cannot open database path {path!r}: it is not a regular file")
-        # First the file alone (immutable), so that a file refused for what it holds itself
-        # gets no -wal or -shm beside it.  Another process may be rewriting it (a checkpoint):
-        # what cannot be read then is left to the second look, under SQLite's locks and with
-        # the log, which may hold more.
-        alone = sqlite3.connect(_uri(path, "ro&immutable=1"), uri=True)
-        with contextlib.closing(alone), contextlib.suppress(sqlite3.DatabaseError):
-            _check_tables(alone, path)
-        logged = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
-        with contextlib.closing(logged):
-            _check_tables(logged, path)
+        if _another_name(path, status):
+            # Each name of one file gets its own -wal and -shm: two logs, two authorities.
+            raise LeaseError(f"cannot open database path {path!r}: the file has another name "
+                             "(a hard link); open it by one name only")
+        checked = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+        with contextlib.closing(checked):
+            _check_tables(checked, path)
         # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
         return sqlite3.connect(
             _uri(path, "rw"),
             uri=True,
             timeout=BUSY_TIMEOUT_SECONDS,
             isolation_level=None,  # the sqlite3 module starts no transaction of its own; we do
+            check_same_thread=False,  # any thread may use it, one call at a time
         )
     except (OSError, sqlite3.Error) as exc:
         raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
@@ -482,6 +492,20 @@ def _reason(exc: BaseException) -> str:
     return str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
 
 
+def _another_name(path: str, status: os.stat_result) -> bool:
+    """Whether the file at `path` has a name besides `path`, not counting the draft that
+    another process made it as and is about to remove (see _create)."""
+    if status.st_nlink == 1:
+        return False
+    with os.scandir(os.path.dirname(path)) as entries:
+        for entry in entries:
+            if entry.name.startswith(".leases-") and entry.name.endswith(".draft"):
+                with contextlib.suppress(FileNotFoundError):
+                    if os.path.samestat(os.lstat(entry.path), status):
+                        return False
+    return os.stat(path).st_nlink > 1  # the draft may have gone since
+
+
 def _create(path: str) -> None:
     """Put a whole new WAL database with the model's tables at `path`, unless one is there.
 
@@ -489,16 +513,6 @@ def _create(path: str) -> None:
     processes that open one new file at once never see it half made, and a draft that cannot
     be finished (a full disk) is removed, leaving nothing at `path`.
     """
-    # SQLite would take these for the new database's own, and replay or delete them, unless
-    # `path` appeared meanwhile.  (lstat also refuses a name too long to have them.)
-    for stray in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):
-        with contextlib.suppress(FileNotFoundError):
-            os.lstat(stray)
-            if os.path.lexists(path):
-                return
-            raise LeaseError(
-                f"cannot create database {path!r}: {stray!r} is in the way; it was left as it is"
-            )
     draft = os.path.join(os.path.dirname(path), f".leases-{os.urandom(8).hex()}.draft")
     os.close(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:

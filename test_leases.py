@@ -6,12 +6,14 @@ bounded.
 """
 
 import atexit
+import concurrent.futures
 import contextlib
 import functools
 import io
 import json
 import multiprocessing
 import os
+import pickle
 import queue
 import re
 import shutil
@@ -602,14 +604,20 @@ class AuthorityTests(unittest.TestCase):
         self.assertEqual(
             self.authority.acquire(RESOURCE, "B", now=10, ttl=10), Lease(RESOURCE, "B", 2, 20)
         )
+        with self.subTest("a holder that acquires again after its expiry gets the next epoch"):
+            self.assertEqual(self.authority.acquire(RESOURCE, "B", now=20, ttl=10).epoch, 3)
 
     def test_renew_sets_expiry_to_now_plus_ttl_only_for_the_current_holders_live_lease(
         self,
     ) -> None:
         lease = self.authority.acquire(RESOURCE, "A", now=0, ttl=10)
+        other = self.authority.acquire("other", "A", now=0, ttl=10)
         renewed = self.authority.renew(lease, now=9, ttl=10)
         self.assertEqual(renewed, Lease(RESOURCE, "A", 1, 19))
         self.assertEqual(self.authority.current(RESOURCE, now=18), renewed)
+        with self.subTest("renewing one resource leaves another's lease as it was"):
+            self.assertEqual(self.authority.current("other", now=9), other)
+            self.assertIsNone(self.authority.current("other", now=10))
         shortened = self.authority.renew(renewed, now=10, ttl=1)  # now + ttl, even if sooner
         self.assertEqual(shortened, Lease(RESOURCE, "A", 1, 11))
         self.assertIsNone(self.authority.current(RESOURCE, now=11))
@@ -634,8 +642,11 @@ class AuthorityTests(unittest.TestCase):
 
     def test_release_frees_the_resource_but_never_reuses_its_epoch(self) -> None:
         first = self.authority.acquire(RESOURCE, "A", now=0, ttl=10)
+        other = self.authority.acquire("other", "A", now=0, ttl=10)
         self.authority.release(first)
         self.assertIsNone(self.authority.current(RESOURCE, now=1))
+        with self.subTest("releasing one resource leaves another's lease as it was"):
+            self.assertEqual(self.authority.current("other", now=1), other)
         second = self.authority.acquire(RESOURCE, "B", now=1, ttl=10)
         self.assertEqual(second.epoch, 2)
         with self.assertRaises(LeaseLost) as caught:  # taken over since
@@ -683,6 +694,13 @@ class ReceiverTests(unittest.TestCase):
         self.assertWrite(3, "three", Outcome.APPLIED, (3, "three"))
         self.assertWrite(2, "two", Outcome.STALE, (3, "three"))
         self.assertWrite(1, "one", Outcome.STALE, (3, "three"))
+        with self.subTest("a lower epoch carrying the stored value is stale, not a replay"):
+            self.assertWrite(2, "three", Outcome.STALE, (3, "three"))
+        with self.subTest("each resource has its own stored epoch"):
+            self.assertEqual(self.receiver.write("other", 1, "one").outcome, Outcome.APPLIED)
+            self.assertEqual(self.receiver.read("other"), (1, "one"))
+            self.assertWrite(2, "two", Outcome.STALE, (3, "three"))
+            self.assertEqual([d.epoch for d in self.receiver.decisions("other")], [1])
 
     def test_same_epoch_and_same_value_is_a_replay_that_changes_nothing(self) -> None:
         self.assertWrite(2, "two", Outcome.APPLIED, (2, "two"))
@@ -783,22 +801,46 @@ class DurabilityAndInputTests(unittest.TestCase):
             reader.execute("ROLLBACK")
         self.assertIsNone(writer.read(RESOURCE))
         self.assertEqual(writer.write(RESOURCE, 1, "one").outcome, Outcome.APPLIED)
+
+        with self.subTest("Ctrl-C as BEGIN returns leaves the object usable and the lock free"):
+            # A KeyboardInterrupt raised while BEGIN waits for the lock arrives once it returns.
+            real = writer._connection
+
+            class InterruptedBegin:
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(real, name)
+
+                def execute(self, sql: str, *args: Any) -> Any:
+                    assert real is not None  # an open receiver
+                    cursor = real.execute(sql, *args)
+                    if sql.startswith("BEGIN"):
+                        raise KeyboardInterrupt
+                    return cursor
+
+            writer._connection = InterruptedBegin()  # type: ignore[assignment]
+            with self.assertRaises(KeyboardInterrupt):
+                writer.write(RESOURCE, 2, "two")
+            writer._connection = real
+            with contextlib.closing(sqlite3.connect(journal, timeout=0)) as other:
+                other.execute("BEGIN IMMEDIATE")  # "database is locked" if it were still held
+            self.assertEqual(writer.write(RESOURCE, 2, "two").outcome, Outcome.APPLIED)
         # Other processes write on, opening that database, made by another program, at once:
         # it stays in the journal mode it has.
-        written = _run_together(self, _write_epochs, [(journal, f"w{i}", range(2, 4)) for i in
+        written = _run_together(self, _write_epochs, [(journal, f"w{i}", range(3, 5)) for i in
                                                       range(4)])
         outcomes = Counter(outcome for run in written for _, outcome in run)
-        self.assertEqual((outcomes["applied"], sum(outcomes.values())), (2, 8))  # epochs 2, 3
+        self.assertEqual((outcomes["applied"], sum(outcomes.values())), (2, 8))  # epochs 3, 4
         with contextlib.closing(sqlite3.connect(journal)) as connection:
             self.assertEqual(connection.execute("PRAGMA journal_mode").fetchone(), ("delete",))
 
     def test_invalid_input_raises_naming_the_parameter_and_changes_nothing(self) -> None:
         path = _database(self)
+        folder = os.path.dirname(path)
         authority, receiver = _authority(self, path), _receiver(self, path)
         lease = authority.acquire(RESOURCE, "A", now=0, ttl=10)
         receiver.write(RESOURCE, 1, "one")
         before = _dump(path)
-        big = 2**63
+        big, top = 2**63, 2**63 - 1
 
         def acquire(parameter: str) -> Callable[[Any], Lease]:  # one good argument made `bad`
             good = {"resource": RESOURCE, "holder": "B", "now": 20, "ttl": 1}
@@ -826,49 +868,65 @@ class DurabilityAndInputTests(unittest.TestCase):
             (TypeError, "path", None, LeaseAuthority),
         ]
         for error, name, bad, call in cases:
-            with self.subTest(parameter=name, value=bad):
+            with self.subTest("bad input is refused naming the parameter", parameter=name,
+                              value=bad):
                 with self.assertRaises(error) as caught:
                     call(bad)
                 self.assertIn(name, str(caught.exception))
                 self.assertIn(repr(bad), str(caught.exception))
+        with self.subTest("a text longer than SQLite stores is refused before it is copied"), \
+                mock.patch.object(leases, "_MAX_TEXT", 3), \
+                self.assertRaisesRegex(ValueError, "value must be at most 3 characters, got 4"):
+            receiver.write("r", 2, "four")
         self.assertEqual(_dump(path), before)
         self.assertEqual(authority.current(RESOURCE, now=0), lease)
 
-        # The largest value of each integer is accepted (one more is refused: the cases above).
-        top = big - 1
-        for accepted in (
-            lambda: authority.acquire("edge-now", "A", now=top - 1, ttl=1),  # now + ttl == top
-            lambda: authority.acquire("edge-ttl", "A", now=0, ttl=top),
-            lambda: authority.current(RESOURCE, now=top),
-            lambda: receiver.write("edge-epoch", top, "top"),
-        ):
-            accepted()
-        # An epoch edited by hand to the largest: the next grant is a LeaseError, not an
-        # OverflowError, and changes nothing.
-        with contextlib.closing(sqlite3.connect(path)) as editor, editor:
-            editor.execute("UPDATE leases SET epoch = ?, holder = NULL", (top,))
-        with self.assertRaisesRegex(LeaseError, f"used its last epoch, {top}"):
-            authority.acquire(RESOURCE, "B", now=20, ttl=1)
+        with self.subTest("the largest value of each integer is accepted"):
+            authority.acquire("edge-now", "A", now=top - 1, ttl=1)  # now + ttl == top
+            authority.acquire("edge-ttl", "A", now=0, ttl=top)
+            authority.current(RESOURCE, now=top)
+            receiver.write("edge-epoch", top, "top")
+        with self.subTest("a resource past its last epoch is a LeaseError, and nothing changes"):
+            with contextlib.closing(sqlite3.connect(path)) as editor, editor:
+                editor.execute("UPDATE leases SET epoch = ?, holder = NULL", (top,))
+            with self.assertRaisesRegex(LeaseError, f"used its last epoch, {top}"):
+                authority.acquire(RESOURCE, "B", now=20, ttl=1)
+
+        with self.subTest("LeaseHeld and LeaseLost survive pickling, as a process pool sends them"):
+            held = LeaseHeld(lease)
+            lost = LeaseLost(lease, Lease(RESOURCE, "B", 2, 20), "taken over")
+            for refusal in (held, lost):
+                copy = pickle.loads(pickle.dumps(refusal))
+                self.assertEqual((type(copy), str(copy), vars(copy)),
+                                 (type(refusal), str(refusal), vars(refusal)))
+
+        with self.subTest("from another thread, operations and close work"):
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                self.assertEqual(pool.submit(receiver.read, RESOURCE).result(), (1, "one"))
+                pool.submit(receiver.close).result()
+            with self.assertRaisesRegex(LeaseError, "is closed"):
+                receiver.read(RESOURCE)
 
         # Paths and files that cannot be this model's database: a clear error naming the path
         # or the file, and whatever was there left byte for byte as it was.
-        folder = os.path.dirname(path)
         paths: list[tuple[type[Exception], Any]] = [
             (ValueError, ":memory:"),  # the model is processes sharing a file
             (ValueError, "file:leases.sqlite3?mode=memory"),
             (ValueError, "leases\0.sqlite3"),
             (ValueError, ""),
+            (ValueError, os.path.join(folder, "new") + os.sep),  # a folder's name, not a file's
             (TypeError, b"leases.sqlite3"),
             (LeaseError, os.path.join(folder, "missing", "leases.sqlite3")),
             (LeaseError, folder),
-            (LeaseError, os.path.join(folder, "n" * 252)),  # no room for its "-wal"
             (ValueError, "\ud800.sqlite3"),  # no file name can hold it
         ]
         for error, bad in paths:
-            with self.subTest(path=bad), self.assertRaises(error) as caught:
-                Receiver(bad)
-            named = os.path.abspath(bad) if error is LeaseError else bad
-            self.assertIn(repr(named), str(caught.exception))
+            with self.subTest("a path that cannot be a database is refused", path=bad):
+                with self.assertRaises(error) as caught:
+                    Receiver(bad)
+                named = os.path.abspath(bad) if error is LeaseError else bad
+                self.assertIn(repr(named), str(caught.exception))
+        self.assertFalse(os.path.exists(os.path.join(folder, "new")))
         unusable: list[str] = []
         for size in (0, 1, 2, 511, 512, 4000):  # SQLite takes a file under 512 bytes for empty
             unusable.append(os.path.join(folder, f"notes-{size}.txt"))
@@ -897,16 +955,16 @@ class DurabilityAndInputTests(unittest.TestCase):
         program = _start(self, _leave_open_in_wal_mode, unusable[-1], trigger)
         program.join(TIMEOUT)
         self.assertEqual(program.exitcode, 0)
-        # A new database would take a log already lying where its own goes for its own.
-        unusable.append(os.path.join(folder, "new.sqlite3"))
-        with open(f"{unusable[-1]}-wal", "wb") as file:
-            file.write(b"notes that only look like a log\n")
         unusable.append(os.path.join(folder, "fifo"))  # reading it would wait for a writer
         os.mkfifo(unusable[-1])
+        unusable.append(os.path.join(folder, "second-name.sqlite3"))  # two names, two logs
+        Receiver(os.path.join(folder, "first-name.sqlite3")).close()
+        os.link(os.path.join(folder, "first-name.sqlite3"), unusable[-1])
         untouched = _snapshot(folder)
         for name in unusable:
             for open_it in (LeaseAuthority, Receiver):
-                with self.subTest(file=os.path.basename(name), opened_by=open_it.__name__):
+                with self.subTest("a file that is not one of ours is refused and left as it was",
+                                  file=os.path.basename(name), opened_by=open_it.__name__):
                     with self.assertRaisesRegex(LeaseError, re.escape(repr(name))):
                         open_it(name)
                     self.assertEqual(_snapshot(folder), untouched)
@@ -914,41 +972,45 @@ class DurabilityAndInputTests(unittest.TestCase):
             ("notes-1.txt", "its tables are not exactly the model's"),
             ("notes-512.txt", "file is not a database"),
             ("fifo", "it is not a regular file"),
+            ("second-name.sqlite3", "the file has another name"),
         ]:
-            with self.assertRaisesRegex(LeaseError, reason):
+            with self.subTest("the refusal says why", file=name), \
+                    self.assertRaisesRegex(LeaseError, reason):
                 Receiver(os.path.join(folder, name))
-        # One of this library's, caught half rewritten by another process's checkpoint (a torn
-        # first page): unreadable alone, whole with its log, and opened.
-        torn = os.path.join(folder, "torn.sqlite3")
-        grow = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500)"
-                " INSERT INTO leases SELECT 'r' || i, NULL, i, 1 FROM n")
-        _start(self, _leave_open_in_wal_mode, torn, grow).join(TIMEOUT)
-        with open(torn, "r+b") as file:
-            file.seek(100)  # the first page's own header, after the file's
-            file.write(b"\xff")
-        self.assertEqual(_authority(self, torn).acquire("r7", "A", now=0, ttl=1).epoch, 8)
-        # A new file gets the mode the umask allows, as any file the user makes.
-        previous = os.umask(0o027)
-        try:
-            Receiver(os.path.join(folder, "private.sqlite3")).close()
-        finally:
-            os.umask(previous)
-        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(folder, "private.sqlite3")).st_mode),
-                         0o640)
+        with self.subTest("a new database's draft name is no second name, linked or gone"):
+            # Another process makes a new database as a draft, links it into place, and
+            # removes the draft: opened meanwhile, it has two names for a moment.
+            first = os.path.join(folder, "first-name.sqlite3")
+            draft = os.path.join(folder, ".leases-0123456789abcdef.draft")
+            os.unlink(unusable[-1])
+            os.link(first, draft)
+            self.assertFalse(leases._another_name(first, os.stat(first)))
+            linked = os.stat(first)
+            os.unlink(draft)  # just after the stat: the name had gone when the folder was read
+            self.assertFalse(leases._another_name(first, linked))
+            LeaseAuthority(first).close()
+        with self.subTest("a new file gets the mode the umask allows, as any file the user makes"):
+            previous = os.umask(0o027)
+            try:
+                Receiver(os.path.join(folder, "private.sqlite3")).close()
+            finally:
+                os.umask(previous)
+            mode = stat.S_IMODE(os.stat(os.path.join(folder, "private.sqlite3")).st_mode)
+            self.assertEqual(mode, 0o640)
 
-        # A closed store raises LeaseError naming the file (SQLite's errors: see the COMMIT above).
-        closed_authority, closed_receiver = LeaseAuthority(path), Receiver(path)
-        closed_authority.close()
-        closed_receiver.close()
-        closed_calls: list[Callable[[], object]] = [
-            lambda: closed_authority.acquire(RESOURCE, "B", now=20, ttl=1),
-            lambda: closed_authority.current(RESOURCE, now=0),
-            lambda: closed_receiver.write(RESOURCE, 2, "two"),
-            lambda: closed_receiver.decisions(RESOURCE),
-        ]
-        for closed_call in closed_calls:
-            with self.assertRaisesRegex(LeaseError, f"{re.escape(repr(path))} is closed"):
-                closed_call()
+        with self.subTest("a closed store raises LeaseError naming the file"):
+            closed_authority, closed_receiver = LeaseAuthority(path), Receiver(path)
+            closed_authority.close()
+            closed_receiver.close()
+            closed_calls: list[Callable[[], object]] = [
+                lambda: closed_authority.acquire(RESOURCE, "B", now=20, ttl=1),
+                lambda: closed_authority.current(RESOURCE, now=0),
+                lambda: closed_receiver.write(RESOURCE, 2, "two"),
+                lambda: closed_receiver.decisions(RESOURCE),
+            ]
+            for closed_call in closed_calls:
+                with self.assertRaisesRegex(LeaseError, f"{re.escape(repr(path))} is closed"):
+                    closed_call()
 
 
 class CommandLineTests(unittest.TestCase):
