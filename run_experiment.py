@@ -664,27 +664,17 @@ def _say(text: str) -> None:
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
+    except BrokenPipeError:
+        raise
     except (AttributeError, OSError, ValueError) as exc:  # closed, full, cannot encode
-        _silence(1)
-        if isinstance(exc, BrokenPipeError):
-            raise
         raise OSError(f"cannot write to stdout: {exc}") from None
 
 
 def _note(text: str) -> None:
     """Write a line to stderr, if it takes it: a diagnostic never changes the exit code."""
-    try:
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # closed or full
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):  # closed or full
-        _silence(2)
-
-
-def _silence(fd: int) -> None:
-    """Point `fd` at the null device: what its stream still buffers, the interpreter's exit
-    then flushes there, instead of failing again and exiting 120."""
-    with contextlib.suppress(OSError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
 
 
 def _parser(

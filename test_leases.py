@@ -394,6 +394,32 @@ def _main(
     return code, out.getvalue(), err.getvalue()
 
 
+def _run_signalling_workers(test: unittest.TestCase, *numbers: int) -> tuple[int, str, str]:
+    """The README's --check command, in a fresh interpreter, with `numbers` sent to every
+    worker just as the engine first waits for a report, while most are still starting up."""
+    program = ("import sys, test_leases; "
+               f"sys.exit(test_leases._signalling_workers({[int(n) for n in numbers]!r}))")
+    done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
+                          check=False, capture_output=True, text=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _signalling_workers(numbers: list[int]) -> int:
+    real, sent = run_experiment._report, [False]
+
+    def report(*args: Any) -> Any:
+        for child in multiprocessing.active_children() if not sent[-1] else ():
+            for number in numbers:
+                os.kill(child.pid, number)  # type: ignore[arg-type]
+        sent.append(True)
+        return real(*args)
+
+    with tempfile.TemporaryDirectory() as folder, \
+            mock.patch.object(run_experiment, "_report", report):
+        return run_experiment.main(["--check", "results.json",
+                                    "--output", os.path.join(folder, "out.json")])
+
+
 def _acquired(actor: str, tick: int, epoch: int, expires_at: int) -> dict[str, Any]:
     return {"actor": actor, "action": "acquire", "tick": tick, "epoch": epoch,
             "expires_at": expires_at, "value": None, "outcome": "granted",
@@ -1015,152 +1041,251 @@ class DurabilityAndInputTests(unittest.TestCase):
 
 class CommandLineTests(unittest.TestCase):
     def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
-        process, written = _run()
-        self.assertEqual(process.returncode, 0, process.stderr)
-        self.assertIn("reproduced", process.stdout)
-        self.assertEqual(written, _bytes(os.path.join(HERE, "results.json")))
-
         folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
         self.addCleanup(folder.cleanup)
-        never = os.path.join(folder.name, "never.json")
+        never, results = os.path.join(folder.name, "never.json"), os.path.join(HERE, "results.json")
+        process, written = _run()
+        expected = json.loads(written)
 
-        # A step that does not report in time stops the run, naming the scenario and the step,
-        # and leaves nothing in the temporary folder.  Scenarios play in order, and no spawned
-        # interpreter starts within a millisecond, so the first step is the one named; which
-        # worker gives up first (A on its report, or B waiting for its turn) is left to chance.
-        with self.assertRaisesRegex(ExperimentError, r"scenario 'unfenced_receiver', step 0 "
-                                    r"\(A acquire at tick 0\): worker [AB]: .*within 0\.0"):
-            run_scenarios(timeout=0.001)
-        self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
-
-        # What the command line does with a run, from its outcome, the evidence of the run above.
-        def evidence() -> Any:
+        def evidence() -> Any:  # what a run gives, without playing it again
             return json.loads(written)
 
-        # Changed at two places: only those two are reported, the verdict first; exit 1, and
-        # --output is still written.  Changed at twelve: the first ten, and how many more.
-        document = evidence()
-        document["scenarios"][1]["events"][3]["outcome"] = "applied"
-        document["scenarios"][0]["verdict"]["stale_writes_refused"] = False  # 0 == False
-        tampered = os.path.join(folder.name, "tampered.json")
-        with open(tampered, "w", encoding="utf-8") as file:
-            json.dump(document, file)
-        code, out, err = _main("--check", tampered, "--output", never, play=evidence)
-        self.assertEqual(code, 1, err)
-        self.assertEqual(out.splitlines()[1:], [
-            "  $.scenarios[0].verdict.stale_writes_refused: expected false, got 0",
-            '  $.scenarios[1].events[3].outcome: expected "applied", got "stale"',
-        ])
-        self.assertEqual(_bytes(never), _bytes(os.path.join(HERE, "results.json")))
-        os.unlink(never)
-        twelve = evidence()
-        for record in twelve["scenarios"]:
-            for event in record["events"][:4]:
-                event["tick"] += 100
-        with open(os.path.join(folder.name, "twelve.json"), "w", encoding="utf-8") as file:
-            json.dump(twelve, file)
-        code, out, err = _main("--check", file.name, play=evidence)
-        self.assertEqual((code, len(out.splitlines())), (1, 12), out)
-        self.assertIn("at 12 JSON path", out)
-        self.assertTrue(out.endswith("  ... and 2 more\n"), out)
-        # differences() itself: every kind of difference, and nothing else.
-        differences = run_experiment.differences
-        for expected, actual, found in [
+        def write_json(name: str, document: object) -> str:
+            with open(os.path.join(folder.name, name), "w", encoding="utf-8") as file:
+                json.dump(document, file)
+            return file.name
+
+        with self.subTest("the README's command reproduces results.json byte for byte"):
+            self.assertEqual(process.returncode, 0, process.stderr)
+            self.assertEqual(process.stdout,
+                             "reproduced: this run matches 'results.json' (3 scenarios)\n")
+            self.assertEqual(written, _bytes(results))
+        with self.subTest("stderr shows each scenario's timeline"):
+            self.assertCountEqual(process.stderr.splitlines(), "\n".join(
+                run_experiment.timeline(record) for record in expected["scenarios"]).split("\n"))
+
+        with self.subTest("a hung step is named, and leaves no worker and no folder"):
+            # Scenarios play in order, and no spawned interpreter starts within a millisecond,
+            # so the first step is the one named; which worker gives up first (A on its
+            # report, or B waiting for its turn) is left to chance.
+            with self.assertRaisesRegex(ExperimentError, r"scenario 'unfenced_receiver', step 0 "
+                                        r"\(A acquire at tick 0\): worker [AB]: .*within 0\.0"):
+                run_scenarios(timeout=0.001)
+            self.assertEqual(multiprocessing.active_children(), [])
+            self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
+        with self.subTest("a worker whose engine is gone gives up within its bound"):
+            reports: Queue[Any] = SPAWN.Queue()
+            step = Step("A", Action.ACQUIRE, 0, ttl=1)
+            db_path = os.path.join(folder.name, "alone.sqlite3")
+            args = (db_path, True, "A", [(0, step)], [SPAWN.Event()], reports, 0.001)
+            worker = _start(self, run_experiment._worker, *args)
+            worker.join(TIMEOUT)
+
+            class Late:  # its report came just as the engine's wait for it timed out
+                empty, waits = reports.empty, [queue.Empty()]
+
+                def get(self, timeout: float) -> Any:
+                    if self.waits:
+                        raise self.waits.pop()
+                    return reports.get(timeout=timeout)
+
+            alone = run_experiment._Play(Scenario("alone", True, "", (step,)), db_path, [],
+                                         Late(), {"A": worker})  # type: ignore[arg-type]
+            self.assertEqual(run_experiment._report(alone, "A", TIMEOUT),
+                             ("A", None, "TimeoutError: not released within 0.001 s"))
+
+        with self.subTest("workers ignore Ctrl-C and SIGHUP sent to the group, even starting up"):
+            code, out, err = _run_signalling_workers(self, signal.SIGINT, signal.SIGHUP)
+            self.assertEqual((code, out.splitlines()[0]), (0, process.stdout.strip()), err)
+        with self.subTest("SIGTERM ends a worker, and the engine names the step it waited for"):
+            code, out, err = _run_signalling_workers(self, signal.SIGTERM)
+            self.assertEqual((code, out), (3, ""), err)
+            self.assertEqual(err, "run_experiment.py: failed: scenario 'unfenced_receiver', step "
+                             "0 (A acquire at tick 0): worker A: ended without a report, exit "
+                             "code -15\n")
+
+        real_report, ended_at_the_wait = run_experiment._report, []
+
+        def stopped_while_waiting(play: Any, actor: str, timeout: float) -> Any:
+            signal.raise_signal(signal.SIGTERM)
+            try:
+                return real_report(play, actor, timeout)
+            except KeyboardInterrupt:
+                ended_at_the_wait.append(actor)
+                raise
+
+        with self.subTest("a stop while waiting for a report ends the run there, in one line"), \
+                mock.patch.object(run_experiment, "_report", stopped_while_waiting):
+            code, out, err = _main("--output", never, heed=signal.SIGTERM,
+                                   play=run_experiment.run_scenarios)
+            self.assertEqual((code, out, ended_at_the_wait), (143, "", ["A"]), err)
+            self.assertEqual(err, "run_experiment.py: stopped by SIGTERM; every worker was "
+                             "stopped, every temporary folder removed, and --output left "
+                             "untouched\n")
+            self.assertFalse(os.path.exists(never))
+            self.assertEqual(multiprocessing.active_children(), [])
+            self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
+        with self.subTest("a stop signal ignored from the start stays ignored, as in a "
+                          "background job"):
+            def hung_up() -> Any:
+                signal.raise_signal(signal.SIGHUP)
+                return evidence()
+
+            ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            try:
+                code, out, err = _main("--output", never, play=hung_up)
+            finally:
+                signal.signal(signal.SIGHUP, ignored)
+            self.assertEqual((code, out, _bytes(never)), (0, "", written))
+            os.unlink(never)
+        for number in STOP_SIGNALS:
+            def stop_then(outcome: Callable[[], Any], number: int = number) -> Any:
+                signal.raise_signal(number)
+                return outcome()
+
+            def failed() -> Any:
+                raise ExperimentError("s", "step 0", "worker A: ended without a report")
+
+            for outcome in (evidence, failed):
+                with self.subTest("a stop during the run is 128 + n, and --output left untouched",
+                                  signal=signal.Signals(number).name, run=outcome.__name__):
+                    code, out, err = _main("--output", never, heed=number,
+                                           play=functools.partial(stop_then, outcome))
+                    self.assertEqual((code, out, len(err.splitlines())), (128 + number, "", 1))
+                    self.assertIn(f"stopped by {signal.Signals(number).name}", err)
+                    self.assertFalse(os.path.exists(never))
+
+        with self.subTest("--check reports the differing JSON paths, verdicts first; exit 1, "
+                          "and --output is still written"):
+            document = evidence()
+            document["scenarios"][0]["events"][3]["outcome"] = "stale"
+            document["scenarios"][1]["verdict"]["stale_writes_refused"] = True  # 1 == True
+            tampered = write_json("tampered.json", document)
+            code, out, err = _main("--check", tampered, "--output", never, play=evidence)
+            self.assertEqual(code, 1, err)
+            self.assertEqual(out.splitlines()[1:], [
+                "  $.scenarios[1].verdict.stale_writes_refused: expected true, got 1",
+                '  $.scenarios[0].events[3].outcome: expected "stale", got "applied"',
+            ])
+            self.assertEqual(_bytes(never), written)
+            os.unlink(never)
+        with self.subTest("twelve differences: the first ten are shown, and how many more"):
+            twelve = evidence()
+            for record in twelve["scenarios"]:
+                for event in record["events"][:4]:
+                    event["tick"] += 100
+            code, out, err = _main("--check", write_json("twelve.json", twelve), play=evidence)
+            self.assertEqual((code, len(out.splitlines())), (1, 12), out)
+            self.assertIn("at 12 JSON path", out)
+            self.assertTrue(out.endswith("  ... and 2 more\n"), out)
+        missing = run_experiment._MISSING
+        for want, got, found in [
             ({"a": [1, 2]}, {"a": [1, 2]}, []),
-            ([1, 2], [1], [("$[1]", 2, run_experiment._MISSING)]),  # an event missing
-            ([1], [1, {"b": 2}], [("$[1]", run_experiment._MISSING, {"b": 2})]),  # one extra
-            ({"a": 1}, {"b": 1}, [("$.a", 1, run_experiment._MISSING),
-                                  ("$.b", run_experiment._MISSING, 1)]),
+            ([1, 2], [1], [("$[1]", 2, missing)]),  # an event missing
+            ([1], [1, {"b": 2}], [("$[1]", missing, {"b": 2})]),  # one extra
+            ({"a": 1}, {"b": 1}, [("$.a", 1, missing), ("$.b", missing, 1)]),
             ({"a": []}, {"a": {}}, [("$.a", [], {})]),  # a list where an object should be
             ({"a": {}}, {"a": []}, [("$.a", {}, [])]),
             ([{"x": 1}], [[1]], [("$[0]", {"x": 1}, [1])]),
             ([True, 1, 1.0], [1, True, 1], [("$[0]", True, 1), ("$[1]", 1, True),
                                              ("$[2]", 1.0, 1)]),
         ]:
-            with self.subTest(expected=expected, actual=actual):
-                self.assertEqual(list(differences(expected, actual)), found)
+            with self.subTest("differences() finds every kind of difference", want=want, got=got):
+                self.assertEqual(list(run_experiment.differences(want, got)), found)
+        with self.subTest("--check reads a pipe, as <(git show HEAD:results.json) gives it"):
+            read, write = os.pipe()
+            with open(write, "wb") as pipe:
+                pipe.write(written)
+            self.addCleanup(os.close, read)
+            code, out, err = _main("--check", f"/dev/fd/{read}", play=evidence)
+            said = f"reproduced: this run matches '/dev/fd/{read}' (3 scenarios)\n"
+            self.assertEqual((code, out), (0, said), err)
 
-        # A stop signal during the run: 128 + its number, one line, nothing written, also when
-        # it lands inside a finalizer, which would swallow an exception raised there.  Here it
-        # is raised in this process, so the exit code needs no timing.
-        class Finalized:
-            def __init__(self, number: int) -> None:
-                self.number = number
+        with self.subTest("stdout closed by its reader (| true): exit 32, quietly, the output "
+                          "in place first"):
+            code, out, err = _main("--check", results, "--output", never, play=evidence,
+                                   stdout=_Closed())
+            self.assertEqual((code, err), (32, ""))
+            self.assertEqual(_bytes(never), written)
+            self.assertEqual(_main("--help", stdout=_Closed())[0], 32)
+        with self.subTest("a full stdout is one line and exit 2; a full stderr changes "
+                          "nothing; never exit 120"), open("/dev/full", "w") as full:
+            program = [sys.executable, os.path.join(HERE, "run_experiment.py")]
+            done = subprocess.run([*program, "--help"], stdout=full, stderr=subprocess.PIPE,
+                                  timeout=TIMEOUT, check=False, text=True)
+            said = "run_experiment.py: error: cannot write to stdout: [Errno 28] No space left"
+            self.assertEqual((done.returncode, done.stderr), (2, f"{said} on device\n"))
+            done = subprocess.run([*program, "--check", "missing.json"], stderr=full,
+                                  timeout=TIMEOUT, check=False, text=True)
+            self.assertEqual(done.returncode, 2)
+        with self.subTest("an --output that cannot be put in place is left as it was, with no "
+                          "success line"), mock.patch.object(
+                os, "replace", side_effect=OSError(28, "No space left on device")):
+            code, out, err = _main("--check", results, "--output", never, play=evidence)
+            said = f"run_experiment.py: error: {never!r}: No space left on device\n"
+            self.assertEqual((code, out, err), (2, "", said))
+            self.assertEqual((_bytes(never), os.listdir(folder.name).count("never.json")),
+                             (written, 1))
+            self.assertFalse([name for name in os.listdir(folder.name) if name.endswith(".tmp")])
 
-            def __del__(self) -> None:
-                signal.raise_signal(self.number)
-
-        def stop_then_play(number: int, in_finalizer: bool) -> Any:
-            if in_finalizer:
-                Finalized(number)  # dropped at once: its __del__ runs here
-            else:
-                signal.raise_signal(number)
-            return evidence()
-
-        for number, in_finalizer in [(signal.SIGTERM, False), (signal.SIGINT, True)]:
-            with self.subTest(signal=number, in_finalizer=in_finalizer):
-                stop = functools.partial(stop_then_play, number, in_finalizer)
-                code, out, err = _main("--output", never, heed=number, play=stop)
-                self.assertEqual((code, out), (128 + number, ""), err)
-                self.assertEqual(len(err.splitlines()), 1, err)
-                self.assertIn(f"stopped by {number.name}", err)
-                self.assertFalse(os.path.exists(never))
-        # stdout closed by its reader (| true): exit 32, quietly; the output was in place first.
-        code, out, err = _main("--check", tampered, "--output", never, play=evidence,
-                               stdout=_Closed())
-        self.assertEqual((code, err), (32, ""))
-        self.assertEqual(_bytes(never), written)
-        os.unlink(never)
-        self.assertEqual(_main("--help", stdout=_Closed())[0], 32)
-
-        # Files that are not what they seem: each refused before the run with exit 2 and one line,
-        # nothing replaced.  The --check file must never be overwritten, under whatever name.
-        fifo = os.path.join(folder.name, "fifo")
+        # Files that are not what they seem: each refused before the run with exit 2 and one
+        # line, nothing replaced.  The --check file must never be overwritten, whatever name
+        # reaches it.
+        fifo, loop = os.path.join(folder.name, "fifo"), os.path.join(folder.name, "loop")
         os.mkfifo(fifo)
+        os.symlink(loop, loop)
         link, hard = os.path.join(folder.name, "link.json"), os.path.join(folder.name, "hard.json")
         os.symlink(tampered, link)
         os.link(tampered, hard)
-        loop = os.path.join(folder.name, "loop")
-        os.symlink(loop, loop)
-        for args, reason in [
+        for arguments, reason in [
             (("--check", os.path.join(folder.name, "missing.json")), "missing.json"),
             (("--check", folder.name), "Is a directory"),
+            (("--check", os.path.join(HERE, "leases.py")), "is not JSON"),
             (("--output", fifo), "is not a regular file"),
             (("--output", loop), "Too many levels of symbolic links"),
             (("--check", tampered, "--output", link), "is the --check file"),
             (("--check", tampered, "--output", hard), "is the --check file"),
             (("--output", folder.name + os.sep), "must name a file"),
+            (("--bogus",), "unrecognized arguments: --bogus"),
         ]:
-            with self.subTest(args=args):
-                code, out, err = _main(*args)
-                self.assertEqual((code, out), (2, ""), err)
-                self.assertEqual(len(err.splitlines()), 1, err)
+            with self.subTest("a file or argument that cannot be used is one line, exit 2",
+                              args=arguments):
+                code, out, err = _main(*arguments)
+                self.assertEqual((code, out, len(err.splitlines())), (2, "", 1), err)
                 self.assertIn(reason, err)
         self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
-        self.assertTrue(os.path.islink(loop))
         self.assertEqual(json.loads(_bytes(tampered)), document)
-        # A new --output file gets the mode the umask allows.
-        previous = os.umask(0o077)
-        try:
-            _main("--output", never, play=evidence)
-        finally:
-            os.umask(previous)
-        self.assertEqual(stat.S_IMODE(os.stat(never).st_mode), 0o600)
-        # Through a symlink: the link stays, and its target is replaced whole, its mode kept.
-        link = os.path.join(folder.name, "evidence")
-        os.symlink("never.json", link)
-        os.chmod(never, 0o640)
-        _main("--output", link, play=evidence)
-        self.assertEqual((os.readlink(link), stat.S_IMODE(os.stat(never).st_mode), _bytes(never)),
-                         ("never.json", 0o640, written))
+        with self.subTest("a new --output file gets the mode the umask allows"):
+            os.unlink(never)
+            previous = os.umask(0o077)
+            try:
+                _main("--output", never, play=evidence)
+            finally:
+                os.umask(previous)
+            self.assertEqual(stat.S_IMODE(os.stat(never).st_mode), 0o600)
+        with self.subTest("through a symlink, the target is replaced whole, its mode kept"):
+            os.symlink("never.json", os.path.join(folder.name, "evidence"))
+            os.chmod(never, 0o640)
+            _main("--output", os.path.join(folder.name, "evidence"), play=evidence)
+            self.assertEqual((os.readlink(os.path.join(folder.name, "evidence")),
+                              stat.S_IMODE(os.stat(never).st_mode), _bytes(never)),
+                             ("never.json", 0o640, written))
 
-        # A scenario is checked when it is built, and a step that fails inside a worker is an
-        # ExperimentError naming the scenario and the step, never a bare error.
-        with self.assertRaisesRegex(ValueError, r"step 1 \(A acquire at tick 5\).*tick 10"):
-            Scenario("back", True, "", (Step("A", Action.ACQUIRE, 10, ttl=1),
-                                         Step("A", Action.ACQUIRE, 5, ttl=1)))
-        with self.assertRaisesRegex(ValueError, "tick must be an int >= 0"):
-            Step("A", Action.ACQUIRE, True, ttl=1)  # a bool is not a tick
+        builds: list[tuple[Callable[[], object], str]] = [
+            (lambda: Scenario("back", True, "", (Step("A", Action.ACQUIRE, 10, ttl=1),
+                                                 Step("A", Action.ACQUIRE, 5, ttl=1))),
+             r"step 1 \(A acquire at tick 5\).*tick 10"),
+            (lambda: Step("A", Action.ACQUIRE, True, ttl=1), "tick must be an int >= 0"),
+            (lambda: Step("A", Action.ACQUIRE, 0), "acquire and renew need a ttl"),
+            (lambda: Step("A", Action.WRITE, 0), "a write needs a value"),
+            (lambda: Step("", Action.CHECK, 0), "actor must not be empty"),
+            (lambda: Scenario("none", True, "", ()), "steps must not be empty"),
+        ]
+        for make, reason in builds:
+            with self.subTest("a scenario or step is checked when it is built", reason=reason), \
+                    self.assertRaisesRegex((TypeError, ValueError), reason):
+                make()
+
         # A reader's own schedule, with every action: A renews at tick 9, so B is refused at
         # tick 10; A writes and releases; B takes over and writes, and is done.  Then A's next
         # acquisition overflows the tick: the engine released that step only once B had
