@@ -1064,6 +1064,26 @@ class CommandLineTests(unittest.TestCase):
             self.assertCountEqual(process.stderr.splitlines(), "\n".join(
                 run_experiment.timeline(record) for record in expected["scenarios"]).split("\n"))
 
+        with self.subTest("a timeline shows every kind of step at a glance"):
+            a, b = Step("A", Action.ACQUIRE, 0, ttl=10), Step("B", Action.ACQUIRE, 5, ttl=10)
+            late = Step("A", Action.WRITE, 10, value="x")
+            shown = [run_experiment._event(a, "granted", 1, 10),
+                      run_experiment._event(b, "held", 1, 10),
+                      run_experiment._event(late, "applied", 1, None, "x", (1, "x")),
+                      run_experiment._event(Step("A", Action.RELEASE, 11), "released", 1),
+                      run_experiment._event(Step("A", Action.CHECK, 12), "no lease")]
+            record = {"name": "own", "receiver": "fenced", "events": shown,
+                      "verdict": judge(shown)}
+            self.assertEqual(run_experiment.timeline(record).split("\n"), [
+                "own (fenced receiver)",
+                "  tick  0  A  acquire  epoch 1   granted   lease until tick 10",
+                "  tick  5  B  acquire            held      by epoch 1, live until tick 10",
+                "  tick 10  A  write    epoch 1   applied   'x' -> receiver holds epoch 1, 'x'",
+                "  tick 11  A  release  epoch 1   released",
+                "  tick 12  A  check              no lease",
+                "  final value written by A; stale writes refused: 0, conflicting: 0",
+                "  true: write_after_lease_expiry_applied",
+            ])
         with self.subTest("a hung step is named, and leaves no worker and no folder"):
             # Scenarios play in order, and no spawned interpreter starts within a millisecond,
             # so the first step is the one named; which worker gives up first (A on its
@@ -1287,18 +1307,20 @@ class CommandLineTests(unittest.TestCase):
                 make()
 
         # A reader's own schedule, with every action: A renews at tick 9, so B is refused at
-        # tick 10; A writes and releases; B takes over and writes, and is done.  Then A's next
-        # acquisition overflows the tick: the engine released that step only once B had
-        # exited, and names it when it fails.
+        # tick 10; A checks, writes and releases; B takes over, writes, finds its lease
+        # expired at tick 23, and is done.  Then A's next acquisition overflows the tick: the
+        # engine released that step only once B had exited, and names it when it fails.
         top = 2**63 - 1
         own = Scenario("own", True, "", (
             Step("A", Action.ACQUIRE, 0, ttl=10),
             Step("A", Action.RENEW, 9, ttl=10),
             Step("B", Action.ACQUIRE, 10, ttl=10),
+            Step("A", Action.CHECK, 11),
             Step("A", Action.WRITE, 12, value="by A"),
             Step("A", Action.RELEASE, 13),
             Step("B", Action.ACQUIRE, 13, ttl=10),
             Step("B", Action.WRITE, 14, value="by B"),
+            Step("B", Action.CHECK, 23),
             Step("A", Action.ACQUIRE, top, ttl=1),
         ))
         events: list[list[Any]] = []  # (epoch, expires_at, outcome) of each step reported
@@ -1334,14 +1356,15 @@ class CommandLineTests(unittest.TestCase):
             run_scenarios([own], timeout=TIMEOUT)
         self.assertEqual(
             (caught.exception.scenario, caught.exception.step),
-            ("own", f"step 7 (A acquire at tick {top})"),
+            ("own", f"step 9 (A acquire at tick {top})"),
         )
         self.assertIn("now + ttl must not exceed", caught.exception.problem)
-        self.assertEqual(events[:7], [
-            [1, 10, "granted"], [1, 19, "renewed"], [1, 19, "held"], [1, None, "applied"],
-            [1, None, "released"], [2, 23, "granted"], [2, None, "applied"],
+        self.assertEqual(events[:9], [
+            [1, 10, "granted"], [1, 19, "renewed"], [1, 19, "held"], [1, 19, "live"],
+            [1, None, "applied"], [1, None, "released"], [2, 23, "granted"], [2, None, "applied"],
+            [2, None, "lost"],
         ])
-        self.assertEqual(exit_codes[7], {"A": None, "B": 0})
+        self.assertEqual(exit_codes[9], {"A": None, "B": 0})
 
 
 if __name__ == "__main__":
