@@ -673,8 +673,7 @@ def _say(text: str) -> None:
 def _note(text: str) -> None:
     """Write a line to stderr, if it takes it: a diagnostic never changes the exit code."""
     with contextlib.suppress(AttributeError, OSError, ValueError):  # closed or full
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
+        sys.stderr.write(text + "\n")  # stderr writes out each line as it ends
 
 
 def _parser(

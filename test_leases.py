@@ -1093,6 +1093,14 @@ class CommandLineTests(unittest.TestCase):
                 run_scenarios(timeout=0.001)
             self.assertEqual(multiprocessing.active_children(), [])
             self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
+        with self.subTest("a step that does not report in time is named, its worker alive"):
+            step = Step("A", Action.ACQUIRE, 0, ttl=1)
+            args = (os.path.join(folder.name, "slow.sqlite3"), True, "A", [(0, step)],
+                    [SPAWN.Event()], SPAWN.Queue(), TIMEOUT)
+            slow = run_experiment._Play(Scenario("slow", True, "", (step,)), args[0], [],
+                                        args[5], {"A": _start(self, run_experiment._worker, *args)})
+            self.assertEqual(run_experiment._report(slow, "A", 0.001),
+                             ("A", None, "no report within 0.001 s"))
         with self.subTest("a worker whose engine is gone gives up within its bound"):
             reports: Queue[Any] = SPAWN.Queue()
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
@@ -1238,6 +1246,13 @@ class CommandLineTests(unittest.TestCase):
             done = subprocess.run([*program, "--check", "missing.json"], stderr=full,
                                   timeout=TIMEOUT, check=False, text=True)
             self.assertEqual(done.returncode, 2)
+        with self.subTest("a pipe closed by its reader is exit 32 for a real process too"):
+            read, write = os.pipe()
+            os.close(read)
+            with open(write, "wb") as closed:
+                done = subprocess.run([*program, "--help"], stdout=closed, timeout=TIMEOUT,
+                                      stderr=subprocess.PIPE, check=False, text=True)
+            self.assertEqual((done.returncode, done.stderr), (32, ""))
         with self.subTest("an --output that cannot be put in place is left as it was, with no "
                           "success line"), mock.patch.object(
                 os, "replace", side_effect=OSError(28, "No space left on device")):
@@ -1300,6 +1315,9 @@ class CommandLineTests(unittest.TestCase):
             (lambda: Step("A", Action.WRITE, 0), "a write needs a value"),
             (lambda: Step("", Action.CHECK, 0), "actor must not be empty"),
             (lambda: Scenario("none", True, "", ()), "steps must not be empty"),
+            (lambda: Step("A", "acquire", 0, ttl=1), "action an Action"),  # type: ignore[arg-type]
+            (lambda: Scenario("list", True, "", [Step("A", Action.CHECK, 0)]),  # type: ignore
+             "steps must be a tuple"),
         ]
         for make, reason in builds:
             with self.subTest("a scenario or step is checked when it is built", reason=reason), \
