@@ -543,13 +543,13 @@ SHARED_EXIT_CODES: tuple[tuple[int, str], ...] = (
       for number in _STOP_SIGNALS),
 )
 # Every exit code and its meaning, exactly as --help prints them and README lists them.
-EXIT_CODES: tuple[tuple[int, str], ...] = (
+EXIT_CODES: tuple[tuple[int, str], ...] = tuple(sorted((
     (EXIT_OK, "success: the run reproduced EXPECTED, or there was nothing to compare"),
     (EXIT_DIFFERENT, (f"the run differs from EXPECTED: the first {_SHOWN_DIFFERENCES} "
                       "differing JSON paths, verdicts first (--output is still written)")),
     (EXIT_FAILED, "a scenario failed or hung; the scenario and the step are named"),
     *SHARED_EXIT_CODES,
-)
+)))
 
 
 class _UsageError(Exception):
