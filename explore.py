@@ -1,10 +1,27 @@
 """Play every schedule of a small bound on the real code, and count what happened.
 
 A bound is H holders that all run one program of steps (acquire, renew, check, write,
-release), one ttl, and the ticks 0..T.  A schedule interleaves the holders' programs, each step
-at a tick no earlier than the one before.  Every step is played through the scenario workers'
-own code (run_experiment._perform) on the real authority and on a fenced and an unfenced
-receiver, and checked; schedules are counted exactly, by state.
+release), one ttl, and the ticks 0..T.  A schedule is an order of the holders' steps and the
+tick of each, refused steps included.  Each step is played through the scenario workers' own
+code (run_experiment._perform) on the real authority and on three receivers in its file: the
+model's fenced and unfenced receivers, and AskingReceiver, a contrast that is NOT the model's
+receiver.
+
+The contract:
+
+* A state is everything the database holds (its schema and every row of every table, read
+  back with the explorer's own SQL after each call), the tick, each holder's place and lease,
+  and the explorer's record.  Every step starts from exactly that content, and two schedules
+  merge only where all of it is identical.  A call already played from the same content is
+  answered as it was: exact because the library keeps nothing outside the database between
+  calls, which is checked after every call played.
+* Every check compares with the record (what the authority and each receiver answered), never
+  with the rows the code under test wrote.
+* `explore(bound, brute_force=True)` plays every schedule whole, from an empty database,
+  restoring nothing; the suite compares the two.
+* A class counts the schedules in which it happens at least once: one schedule can fall in
+  several.  A stop noted by run_experiment.command ends the run within one transition; a line
+  on stderr every 2 s (states so far, and their rate) shows early a bound too large to finish.
 
     python3 explore.py [--holders N] [--program ACTION ...] [--last-tick T] [--ttl N]
                        [--output PATH]
@@ -12,6 +29,7 @@ receiver, and checked; schedules are counted exactly, by state.
 
 import contextlib
 import functools
+import gc
 import math
 import os
 import sqlite3
@@ -22,7 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from leases import Lease, LeaseAuthority, Receiver
+from leases import BUSY_TIMEOUT_SECONDS, Lease, LeaseAuthority, Receiver
 from run_experiment import (
     EXIT_DIFFERENT,
     EXIT_OK,
@@ -48,22 +66,28 @@ from run_experiment import (
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["CHECKS", "CLASSES", "EXIT_CODES", "Bound", "explore", "main"]
+__all__ = ["CHECKS", "CLASSES", "EXIT_CODES", "KINDS", "RECEIVERS", "AskingReceiver", "Bound",
+           "explore", "main"]
 
-# --- the bound and its states ---
-#
-# A bound is H holders that all run one program, one ttl, and the ticks 0..T.  A schedule
-# interleaves the holders' programs, each step at a tick no earlier than the one before.
-# Schedules are many but states are few: the explorer counts schedules layer by layer (one
-# layer per step taken), by state, and plays each distinct (state, step) once on the real
-# code.  It writes the state into the database, calls the library through _perform, and reads
-# the state that is left back from the database, so that a broken library changes what is
-# explored.  Each step is one transaction, so whole steps in every order are every order that
-# processes could produce at this level; what happens inside a transaction is not explored.
-
-CLASSES = ("lost update", "stale refused", "gap", "late, not superseded", "replay", "conflict")
-CHECKS = ("fence", "epochs increase", "one live lease", "highest epoch stored", "model")
-_FLAGS = (*(f"fenced {c}" for c in CLASSES), *(f"unfenced {c}" for c in CLASSES), *CHECKS)
+# Each step writes to all three; "asking" is AskingReceiver, the contrast, not the model's.
+RECEIVERS = ("fenced", "unfenced", "asking")
+# Each class of schedule, and what it is: harm (a superseded epoch applied), protection (one
+# refused), or neither.  "newest" is the highest epoch the authority has granted so far.
+KINDS = {
+    "lost update": "harm",  # applied below the epoch the receiver held: a newer value lost
+    "stale refused": "protection",  # refused: a higher epoch was stored (or, asking, granted)
+    "gap": "harm",  # applied below the newest epoch, over nothing newer: not a lost update
+    "late, not superseded": "neither",  # applied after its lease expired, at the newest epoch
+    "replay": "neither",  # the same epoch and value again: nothing to do
+    "conflict": "neither",  # the same epoch, another value: the holder's own write refused
+    "late refused, not superseded": "neither",  # the cost of asking: late, nobody took over
+    "clean": "neither",  # none of the above
+}
+CLASSES = tuple(KINDS)[:-1]
+CHECKS = ("fence", "epochs increase", "one live lease", "stored pair", "model")
+_FLAGS = (*(f"{receiver} {name}" for receiver in RECEIVERS for name in CLASSES), *CHECKS)
+_FIELDS = ("outcome", "epoch", "expires_at", "value", "stored_epoch", "stored_value")
+_REFUSED = ("stale", "conflict", "not live")
 
 
 @dataclass(frozen=True)
@@ -85,123 +109,334 @@ class Bound:
         return Step(actor, action, tick, self.ttl if timed else None, value)
 
 
-@dataclass(frozen=True)
-class _State:
-    """All that the rest of a schedule depends on: the database, the time, each holder."""
+class AskingReceiver:
+    """NOT the model's receiver: explore.py's contrast, a receiver that asks the authority.
 
-    row: tuple[Any, ...] | None  # the authority's: holder (None once released), epoch, expiry
-    stored: tuple[Any, ...]  # the fenced receiver's (epoch, value), the unfenced one's
-    tick: int
-    positions: tuple[int, ...]  # how many steps of the program each holder has taken
-    leases: tuple[Any, ...]  # the (epoch, expires_at) each holder believes it holds, or None
-
-
-class _Bench:
-    """The real authority and receivers on one file, and a plain connection to set and read it."""
+    Inside its own write transaction (BEGIN IMMEDIATE on the authority's file, so that no
+    grant comes between its read and its write) it reads the authority's row, and applies a
+    write only if its epoch is the lease live at the write's tick `now`.  It refuses the rest
+    as "stale" (a higher epoch was granted) or "not live" (the write's lease expired or was
+    released, and nobody took over).  This is possible only because both share one file.  Its
+    decisions go to a table of its own, as the model's receivers' go to theirs.
+    """
 
     def __init__(self, path: str) -> None:
-        self.authority = LeaseAuthority(path)
-        self.receivers = Receiver(path, fenced=True), Receiver(path, fenced=False)
-        self.raw = sqlite3.connect(path, isolation_level=None)
-        self.now: tuple[Any, ...] = (None, (None, None))  # what the database holds
+        self._connection = sqlite3.connect(path, isolation_level=None,
+                                           timeout=BUSY_TIMEOUT_SECONDS)
+        self._connection.execute(
+            "CREATE TABLE IF NOT EXISTS asking_decisions (resource TEXT NOT NULL, seq INTEGER"
+            " NOT NULL, outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
+            " stored_epoch INTEGER, stored_value TEXT, PRIMARY KEY (resource, seq)) WITHOUT ROWID")
 
     def close(self) -> None:
-        for store in (self.authority, *self.receivers, self.raw):
-            store.close()
+        self._connection.close()
 
-    def play(self, state: _State, h: int, step: Step) -> tuple[_State, list[dict[str, Any]]]:
-        """Set the database to `state`, play holder h's `step`; the state left, its events."""
-        if self.now != (state.row, state.stored):
-            decisions = [(fenced, RESOURCE, *pair, *pair)
-                         for fenced, pair in zip((True, False), state.stored) if pair]
-            self.raw.executescript("BEGIN IMMEDIATE; DELETE FROM leases;"
-                                   " DELETE FROM receiver_decisions;")
-            self.raw.executemany("INSERT INTO leases VALUES (?, ?, ?, ?)",
-                                 [(RESOURCE, *state.row)] if state.row else [])
-            self.raw.executemany("INSERT INTO receiver_decisions VALUES"
-                                 " (?, ?, 1, 'applied', ?, ?, ?, ?)", decisions)
-            self.raw.execute("COMMIT")
-        held = state.leases[h]
-        lease = None if held is None else Lease(RESOURCE, step.actor, *held)
+    def write(self, resource: str, epoch: int, value: str, *, now: int) -> tuple[Any, ...]:
+        """Decide on one write at tick `now`: its outcome, and the (epoch, value) held after."""
+        connection = self._connection
+        connection.execute("BEGIN IMMEDIATE")
         try:
-            lease, event = _perform(step, lease, self.authority, self.receivers[0])
-            wrote = step.action is Action.WRITE and lease is not None
-            events = [event, _write(step, lease, self.receivers[1]) if wrote and lease else event]
-        except Exception as exc:  # noqa: BLE001 - a broken library: an answer no model gives
-            events = [_event(step, f"raised {type(exc).__name__}: {exc}")] * 2
-        row = self.raw.execute("SELECT holder, epoch, expires_at FROM leases").fetchone()
-        stored = tuple(self.raw.execute(
-            "SELECT stored_epoch, stored_value FROM receiver_decisions WHERE fenced = ?"
-            " ORDER BY seq DESC LIMIT 1", (fenced,)).fetchone() for fenced in (True, False))
-        self.now = row, stored
-        held = None if lease is None else (lease.epoch, lease.expires_at)
-        return _State(row, stored, step.tick, _put(state.positions, h, state.positions[h] + 1),
-                      _put(state.leases, h, held)), events
+            row = connection.execute("SELECT holder, epoch, expires_at FROM leases"
+                                     " WHERE resource = ?", (resource,)).fetchone()
+            seq, *stored = connection.execute(
+                "SELECT seq, stored_epoch, stored_value FROM asking_decisions WHERE resource = ?"
+                " ORDER BY seq DESC LIMIT 1", (resource,)).fetchone() or (0, None, None)
+            if row is not None and row[0] is not None and now < row[2] and epoch == row[1]:
+                outcome, stored = "applied", [epoch, value]
+            else:
+                outcome = "stale" if row is not None and epoch < row[1] else "not live"
+            connection.execute("INSERT INTO asking_decisions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               (resource, seq + 1, outcome, epoch, value, *stored))
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        return outcome, *stored
+
+
+def _opened(path: str) -> list[Any]:
+    """The authority and the three receivers on the file `path`."""
+    return [LeaseAuthority(path), Receiver(path, fenced=True), Receiver(path, fenced=False),
+            AskingReceiver(path)]
+
+
+# --- one step, and what it tells: shared by the search and the brute force ---
+
+
+def _played(step: Step, lease: Lease | None, objects: Sequence[Any]) -> tuple[Any, list[Any]]:
+    """Play `step` for a holder with `lease` through the workers' own code: the lease it keeps,
+    and the event at each receiver (one event three times, unless it writes)."""
+    authority, fenced, unfenced, asking = objects
+    try:
+        kept, event = _perform(step, lease, authority, fenced)
+    except Exception as exc:  # noqa: BLE001 - a broken library: an answer no model gives
+        return lease, [_raised(step, exc)] * 3
+    if step.action is not Action.WRITE or lease is None:
+        return kept, [event] * 3
+    held, value = lease, step.value
+
+    def ask() -> dict[str, Any]:
+        outcome, *stored = asking.write(RESOURCE, held.epoch, value, now=step.tick)
+        return _event(step, outcome, held.epoch, None, value, (stored[0], stored[1]))
+
+    return kept, [event, _guarded(step, lambda: _write(step, held, unfenced)), _guarded(step, ask)]
+
+
+def _guarded(step: Step, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - as in _played
+        return _raised(step, exc)
+
+
+def _raised(step: Step, exc: Exception) -> dict[str, Any]:
+    return _event(step, f"raised {type(exc).__name__}: {exc}")
+
+
+# The explorer's record of one schedule, from the answers alone: the highest epoch granted,
+# the authority's lease as its answers leave it (holder, epoch, expiry; holder None once
+# released), the lease each holder was answered (epoch, expiry), each receiver's last applied
+# (epoch, value), and the highest epoch the fenced receiver applied.
+_Record = tuple[int, Any, tuple[Any, ...], tuple[Any, ...], int]
+
+
+def _record(holders: int) -> _Record:
+    return 0, None, (None,) * holders, (None,) * len(RECEIVERS), 0
+
+
+def _judged(record: _Record, h: int, step: Step, held: Lease | None, events: list[Any],
+            kept: Any) -> tuple[int, _Record]:
+    """The flags a step raises (its write's classes at each receiver, then the checks it fails),
+    and the record after it: from the record and the answers, never from the database."""
+    newest, row, leases, stored, high = record
+    first, writes = events[0], step.action is Action.WRITE and held is not None
+    late = leases[h] is not None and step.tick >= leases[h][1]
+    raised, wrong_pair, applied_pairs = [], False, list(stored)
+    for r, (event, pair) in enumerate(zip(events, stored)):
+        outcome, epoch, value = event["outcome"], event["epoch"], event["value"]
+        applied, refused = writes and outcome == "applied", writes and outcome in _REFUSED
+        lost = applied and pair is not None and epoch < pair[0]
+        # In the order of CLASSES: what was stored, the newest grant and lateness are the
+        # record's, never what the rows say.
+        raised += [lost, refused and outcome == "stale", applied and not lost and epoch < newest,
+                   applied and epoch == newest and late, writes and outcome == "replay",
+                   refused and outcome == "conflict", refused and epoch == newest and late]
+        expected = (epoch, value) if applied else pair or (None, None)
+        answered = writes and not outcome.startswith("raised")
+        wrong_pair |= answered and (event["stored_epoch"], event["stored_value"]) != expected
+        applied_pairs[r] = (epoch, value) if applied else pair
+    outcome, epoch, expires = first["outcome"], first["epoch"], first["expires_at"]
+    if outcome in ("granted", "renewed"):
+        row, leases = (step.actor, epoch, expires), _put(leases, h, (epoch, expires))
+    elif outcome in ("released", "lost"):
+        leases = _put(leases, h, None)
+        row = (None, *row[1:]) if outcome == "released" and row is not None else row
+    fenced_applied = writes and outcome == "applied"
+    predicted = _model(record, step, held)
+    actual = [tuple(event[field] for field in _FIELDS) for event in events], _fields(kept)
+    raised += [
+        fenced_applied and epoch <= high,  # the fence, against what it applied before
+        outcome == "granted" and epoch <= newest,  # against every grant answered before
+        sum(lease is not None and step.tick < lease[1] for lease in leases) > 1,
+        wrong_pair,
+        predicted != actual,
+    ]
+    flags = sum(1 << bit for bit, hit in enumerate(raised) if hit)
+    return flags, (max(newest, epoch) if outcome == "granted" else newest, row, leases,
+                   tuple(applied_pairs), max(high, epoch) if fenced_applied else high)
+
+
+def _model(record: _Record, step: Step, held: Lease | None) -> tuple[list[Any], Any]:
+    """What the rules say `step` answers at each receiver, and the lease its holder keeps:
+    from the record alone."""
+    row, stored, action, tick = record[1], record[3], step.action, step.tick
+    live = row is not None and row[0] is not None and tick < row[2]
+    mine = row is not None and held is not None and (row[0], row[1]) == (step.actor, held.epoch)
+    keep, none = _fields(held), (None, None, None)
+    if action is Action.ACQUIRE and live:
+        return [("held", row[1], row[2], *none)] * 3, keep
+    if action is Action.ACQUIRE or (action is Action.RENEW and mine and live):
+        assert step.ttl is not None  # Step checked it
+        epoch = held.epoch if held and action is Action.RENEW else row[1] + 1 if row else 1
+        answer = "renewed" if action is Action.RENEW else "granted"
+        return [(answer, epoch, tick + step.ttl, *none)] * 3, (RESOURCE, step.actor, epoch,
+                                                              tick + step.ttl)
+    if held is None:
+        return [("no lease", None, None, *none)] * 3, None
+    if action is Action.CHECK and mine and live:
+        return [("live", held.epoch, row[2], *none)] * 3, keep
+    if action is not Action.WRITE:
+        answer = "released" if action is Action.RELEASE and mine else "lost"
+        return [(answer, held.epoch, None, *none)] * 3, None
+    epoch, value, answers = held.epoch, step.value, []
+    for r, pair in enumerate(stored):  # fenced, unfenced, asking
+        if r == 2:
+            outcome = ("applied" if live and epoch == row[1] else
+                       "stale" if row is not None and epoch < row[1] else "not live")
+        elif r == 1 or pair is None or epoch > pair[0]:
+            outcome = "applied"
+        else:
+            outcome = "stale" if epoch < pair[0] else "replay" if value == pair[1] else "conflict"
+        pair = (epoch, value) if outcome == "applied" else pair or (None, None)
+        answers.append((outcome, epoch, None, value, *pair))
+    return answers, keep
+
+
+def _fields(lease: Any) -> Any:
+    return None if lease is None else (lease.resource, lease.holder, lease.epoch, lease.expires_at)
+
+
+def _bits(flags: int) -> list[int]:
+    return [bit for bit in range(len(_FLAGS)) if flags >> bit & 1] if flags else []
 
 
 def _put(items: tuple[Any, ...], index: int, item: Any) -> tuple[Any, ...]:
     return (*items[:index], item, *items[index + 1 :])
 
 
-def _model(state: _State, h: int, step: Step) -> tuple[_State, list[tuple[Any, ...]]]:
-    """What the rules say `step` answers, at each receiver, and leaves: from `state` alone."""
-    row, stored, held = state.row, list(state.stored), state.leases[h]
-    live = row is not None and row[0] is not None and step.tick < row[2]
-    mine = row is not None and held is not None and tuple(row[:2]) == (step.actor, held[0])
-    if step.action is Action.ACQUIRE and live:
-        answers = [("held", row[1], row[2], None, None)] * 2  # type: ignore[index]
-    elif step.action is Action.ACQUIRE or (step.action is Action.RENEW and mine and live):
-        epoch = held[0] if step.action is Action.RENEW else 1 if row is None else row[1] + 1
-        held = (epoch, step.tick + (step.ttl or 0))
-        row = (step.actor, *held)
-        answers = [("renewed" if step.action is Action.RENEW else "granted", *held, None, None)] * 2
-    elif held is None:
-        answers = [("no lease", None, None, None, None)] * 2
-    elif step.action is not Action.WRITE:
-        released = step.action is Action.RELEASE and mine
-        answers = [("released" if released else "lost", held[0], None, None, None)] * 2
-        row = (None, *row[1:]) if released and row else row
-        held = None
-    else:
-        answers = []
-        for r, pair in enumerate(stored):  # the fenced receiver, then the unfenced one
-            if r or pair is None or held[0] > pair[0]:
-                outcome, stored[r] = "applied", (held[0], step.value)
-            elif held[0] < pair[0]:
-                outcome = "stale"
-            else:
-                outcome = "replay" if step.value == pair[1] else "conflict"
-            answers.append((outcome, held[0], None, *stored[r]))
-    positions = _put(state.positions, h, state.positions[h] + 1)
-    return _State(row, tuple(stored), step.tick, positions, _put(state.leases, h, held)), answers
+def _next(bound: Bound, tick: int, positions: tuple[int, ...]) -> Iterator[tuple[int, int]]:
+    """Every (holder, tick) that may come next: any holder not done, any tick from now on."""
+    for h, position in enumerate(positions):
+        if position < len(bound.program):
+            yield from ((h, later) for later in range(tick, bound.last_tick + 1))
 
 
-def _flags(state: _State, h: int, step: Step, after: _State, events: list[Any]) -> int:
-    """The flags a step raises: its write's classes at each receiver, then the checks it fails."""
-    current = 0 if state.row is None else state.row[1]  # the authority's newest epoch
-    held, fenced, first = state.leases[h], state.stored[0], events[0]
-    raised = []
-    for event, pair in zip(events, state.stored):
-        applied, epoch = event["outcome"] == "applied", event["epoch"]
-        lost = applied and pair is not None and epoch < pair[0]
-        raised += [
-            lost,
-            event["outcome"] == "stale",
-            applied and not lost and epoch < current,  # the gap: superseded, not fenced out
-            applied and epoch == current and held is not None and step.tick >= held[1],
-            event["outcome"] == "replay",
-            event["outcome"] == "conflict",
-        ]
-    fields = ("outcome", "epoch", "expires_at", "stored_epoch", "stored_value")
-    highest = max(0 if fenced is None else fenced[0], first["epoch"] or 0)
-    raised += [
-        first["outcome"] == "applied" and fenced is not None and first["epoch"] <= fenced[0],
-        first["outcome"] == "granted" and first["epoch"] <= current,
-        sum(lease is not None and step.tick < lease[1] for lease in after.leases) > 1,
-        first["stored_epoch"] is not None and first["stored_epoch"] != highest,
-        _model(state, h, step) != (after, [tuple(e[f] for f in fields) for e in events]),
-    ]
-    return sum(1 << bit for bit, hit in enumerate(raised) if hit)
+# --- the search: schedules counted by state, each (content, call) played once ---
+
+# What a database holds: its schema (type, name, table, sql of each entry), each table's rows.
+_Content = tuple[tuple[Any, ...], tuple[Any, ...]]
+
+
+class _Bench:
+    """The real objects on one file; a connection of the explorer's own that reads and sets
+    every row; and every call played so far, by the content it met."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.objects = path, _opened(path)
+        # Its own connection only: it never waits for a lock (a lock held between calls is the
+        # library's fault, found at once), nor syncs its own writes (a crash loses the run, no
+        # more).  The library's connections keep their settings, so the cost compares.
+        self.raw = sqlite3.connect(path, isolation_level=None, timeout=0)
+        self.raw.execute("PRAGMA synchronous = OFF")
+        self.ids: dict[_Content, int] = {}
+        self.contents: list[_Content] = []
+        self.statements: dict[Any, list[tuple[str, str, str]]] = {}
+        self.calls: dict[Any, tuple[Any, Exception | None, int]] = {}
+        self.here = self.at = self._intern(self._read())  # what the file holds; a step's start
+        self.played = 0
+        self.stand_ins = [_StandIn(self, index) for index in range(len(self.objects))]
+
+    def close(self) -> None:
+        for store in (*self.objects, self.raw):
+            store.close()
+
+    def call(self, index: int, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Object `index`'s method `name`, from the content `at`: played once, then answered."""
+        key = (self.at, index, name, args, tuple(kwargs.items()))
+        answer = self.calls.get(key)
+        if answer is None:
+            answer = self.calls[key] = self._play(index, name, args, kwargs)
+        result, error, self.at = answer
+        if error is not None:
+            raise error.with_traceback(None)  # raised again: no growing traceback
+        return result
+
+    def _play(self, index: int, name: str, args: Any, kwargs: Any) -> tuple[Any, Any, int]:
+        if self.here != self.at:
+            self._restore(self.contents[self.at])
+        target, self.played = self.objects[index], self.played + 1
+        before, result, error = dict(vars(target)), None, None
+        try:
+            result = getattr(target, name)(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - answered again as it was raised
+            error = exc
+        if vars(target) != before:  # a call would then depend on more than the rows
+            error = RuntimeError(f"{name} kept state outside the database: {vars(target)}")
+            vars(target).clear()
+            vars(target).update(before)
+        # A transaction left open would keep a snapshot, or the lock, into the next call.
+        left_open = any(isinstance(value, sqlite3.Connection) and value.in_transaction
+                        for value in vars(target).values())
+        content = None
+        try:
+            content = None if left_open else self._read()
+        except sqlite3.OperationalError as exc:  # a lock held by a connection not seen
+            if "locked" not in str(exc):
+                raise
+        if content is None:
+            for store in self.objects:  # closing rolls back whatever it left open
+                store.close()
+            self.objects[:] = _opened(self.path)
+            content, error = self._read(), RuntimeError(f"{name} left a transaction open")
+        self.here = self._intern(content)
+        return result, error, self.here
+
+    def _intern(self, content: _Content) -> int:
+        found = self.ids.setdefault(content, len(self.contents))
+        if found == len(self.contents):
+            self.contents.append(content)
+        return found
+
+    def _read(self) -> _Content:
+        """The schema and every row, read under the write lock with the explorer's own SQL."""
+        self.raw.execute("BEGIN IMMEDIATE")
+        try:
+            schema = tuple(self.raw.execute(
+                "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"))
+            return schema, tuple(tuple(self.raw.execute(select))
+                                 for select, _, _ in self._statements(schema))
+        finally:
+            self.raw.execute("COMMIT")
+
+    def _statements(self, schema: tuple[Any, ...]) -> list[tuple[str, str, str]]:
+        """For each table of `schema`: how to read its rows in order, clear it, and fill it."""
+        if schema not in self.statements:
+            found = self.statements[schema] = []
+            for kind, name, _, _ in schema:
+                if kind != "table":
+                    continue
+                table = '"' + name.replace('"', '""') + '"'
+                columns = [c[0] for c in self.raw.execute(f"SELECT * FROM {table}").description]
+                try:  # a rowid is part of what a table holds, unless it has none
+                    self.raw.execute(f"SELECT rowid FROM {table} LIMIT 0")
+                    select, columns = f"SELECT rowid, * FROM {table} ORDER BY rowid", [
+                        "rowid", *columns]
+                except sqlite3.OperationalError:
+                    select = f"SELECT * FROM {table}"  # WITHOUT ROWID: in key order
+                names = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
+                fill = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
+                found.append((select, f"DELETE FROM {table}", fill))
+        return self.statements[schema]
+
+    def _restore(self, content: _Content) -> None:
+        """Make the file hold exactly `content`, in one transaction of the explorer's own."""
+        (schema, rows), (now_schema, now_rows) = content, self.contents[self.here]
+        if schema != now_schema:  # only a library that changes its tables gets here
+            raise RuntimeError("the library changed the tables of its database: a state with "
+                               "other tables cannot be restored")
+        self.raw.execute("BEGIN IMMEDIATE")
+        try:
+            for (_, clear, fill), table_rows, now in zip(self._statements(schema), rows, now_rows):
+                if table_rows != now:  # a table the last call left as it was stays
+                    self.raw.execute(clear)
+                    self.raw.executemany(fill, table_rows)
+            self.raw.execute("COMMIT")
+        except BaseException:
+            if self.raw.in_transaction:
+                self.raw.execute("ROLLBACK")
+            raise
+        self.here = self.at
+
+
+class _StandIn:
+    """One of the bench's objects as the step code is handed it: each call goes to the bench."""
+
+    def __init__(self, bench: _Bench, index: int) -> None:
+        self.bench, self.index = bench, index
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        return functools.partial(self.bench.call, self.index, name)
 
 
 def explore(
@@ -209,69 +444,176 @@ def explore(
 ) -> dict[str, Any]:
     """Play every schedule of `bound` on the real code; the table of what happened.
 
-    Each distinct (state, step) is played once, and schedules are counted by state.  With
-    `brute_force`, no two schedules share a state: every schedule is played, step by step.
+    By state (see the module's contract), or with `brute_force` every schedule whole, from an
+    empty database of its own: the same table, the states aside.
     """
-    started, played, states = time.monotonic(), 0, 1
-    smallest: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-    start = _State(None, (None, None), 0, (0,) * bound.holders, (None,) * bound.holders)
-    # Each state of a layer: the smallest schedule that reaches it (its ticks, then its
-    # holders), and how many schedules reach it with each set of flags.
-    layer: dict[Any, Any] = {(start, ()) if brute_force else start: (((), ()), Counter({0: 1}))}
     with contextlib.ExitStack() as cleanup:
-        bench = _Bench(os.path.join(_scratch(cleanup, "leases-explore-"), "explore.sqlite3"))
-        cleanup.callback(bench.close)
-        for _ in range(bound.holders * len(bound.program)):
-            following: dict[Any, Any] = {}
-            for key in sorted(layer, key=repr):  # a reproducible order, one row's states together
-                _stop_if_asked()
-                state, ((ticks, holders), counts) = key[0] if brute_force else key, layer[key]
-                for h, tick in _next(bound, state):
-                    step = bound.step(h, state.positions[h], tick)  # cached: steps are few
-                    after, events = bench.play(state, h, step)
-                    raised, played = _flags(state, h, step, after, events), played + 1
-                    prefix = ((*ticks, tick), (*holders, h))
-                    for bit in (bit for bit in range(len(_FLAGS)) if raised >> bit & 1):
-                        smallest[bit] = min(smallest.get(bit, prefix), prefix)
-                    goes = (after, prefix) if brute_force else after
-                    least, reached = following.get(goes, (prefix, Counter()))
-                    following[goes] = min(least, prefix), reached
+        folder = _scratch(cleanup, "leases-explore-")
+        found = (_brute_force if brute_force else _search)(bound, folder, _Progress(progress))
+    # What _search froze goes back to the collector, but only now: after a stop, a collection
+    # through all of it would hold the exit up by seconds.
+    gc.unfreeze()
+    return _table(bound, *found)
+
+
+class _Progress:
+    """A line on stderr every 2 s, with the states so far and their rate: a bound too large
+    to finish in minutes shows it in its first seconds."""
+
+    def __init__(self, say: Callable[[str], None] | None) -> None:
+        self.say, self.started = say, time.monotonic()
+        self.due = self.started + 2
+
+    def __call__(self, states: int, transitions: int, depth: int, steps: int) -> None:
+        now = time.monotonic()
+        if self.say is not None and now >= self.due:
+            self.due, rate = now + 2, states / (now - self.started)
+            self.say(f"explore: step {depth} of {steps}: {states:,} states so far "
+                     f"({rate:,.0f} a second), {transitions:,} transitions")
+
+
+_Found = tuple[Counter[int], int, int, int, dict[int, list[list[Any]]]]
+
+
+def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
+    """Count schedules by state, one layer per step taken; each state keeps the smallest
+    schedule that reaches it (its ticks, then its holders), and how many schedules reach it
+    with each set of flags."""
+    bench = _Bench(os.path.join(folder, "explore.sqlite3"))
+    steps = bound.holders * len(bound.program)
+    try:
+        start = (bench.here, 0, (0,) * bound.holders, (None,) * bound.holders,
+                 _record(bound.holders))
+        layer: dict[Any, list[Any]] = {start: [((), ()), {0: 1}]}
+        smallest: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        states, transitions = 1, 0
+        for depth in range(1, steps + 1):
+            following: dict[Any, list[Any]] = {}
+            # A step's outcome depends only on the content, the step, its holder's lease and
+            # the record, so each such move of a layer is played and judged once.
+            known: dict[Any, tuple[Any, int, _Record, int]] = {}
+            for (content, tick, positions, beliefs, record), ((ticks, holders), counts) in (
+                    layer.items()):
+                for h, later in _next(bound, tick, positions):
+                    _stop_if_asked()
+                    move = (content, h, positions[h], later, beliefs[h], record)
+                    if move not in known:
+                        bench.at, step = content, bound.step(h, positions[h], later)
+                        held = None if beliefs[h] is None else Lease(*beliefs[h])
+                        kept, events = _played(step, held, bench.stand_ins)
+                        known[move] = (_fields(kept),
+                                       *_judged(record, h, step, held, events, kept), bench.at)
+                    kept, raised, after, at = known[move]
+                    reach, transitions = ((*ticks, later), (*holders, h)), transitions + 1
+                    for bit in _bits(raised):
+                        smallest[bit] = min(smallest.get(bit, reach), reach)
+                    goes = (at, later, _put(positions, h, positions[h] + 1),
+                            _put(beliefs, h, kept), after)
+                    target = following.get(goes)
+                    if target is None:
+                        target = following[goes] = [reach, {}]
+                    elif reach < target[0]:
+                        target[0] = reach
+                    reached = target[1]
                     for flags, schedules in counts.items():
-                        reached[flags | raised] += schedules
+                        reached[flags | raised] = reached.get(flags | raised, 0) + schedules
+                    if not transitions & 1023:
+                        progress(states + len(following), transitions, depth, steps)
+                        gc.freeze()  # no collection runs through what is kept: no long pause
             layer, states = following, states + len(following)
-            if progress is not None and time.monotonic() - started > 2:
-                progress(f"explore: {played:,} transitions played, {states:,} states so far")
         ends: Counter[int] = Counter()
         for _, counts in layer.values():
+            _stop_if_asked()
             ends.update(counts)
-        witnesses = {_FLAGS[bit]: _replay(bench, bound, start, *prefix)
-                     for bit, prefix in sorted(smallest.items())}
-    return _table(bound, ends, states, played, witnesses)
+        witnesses = {}
+        for bit, (ticks, holders) in smallest.items():  # each played again, from the start
+            bench.at = start[0]
+            steps_events = [events for _, events in _walk(bound, bench.stand_ins, ticks, holders)]
+            witnesses[bit] = [list(run) for run in zip(*steps_events)]
+        return ends, states, transitions, bench.played, witnesses
+    finally:
+        bench.close()
 
 
-def _next(bound: Bound, state: _State) -> Iterator[tuple[int, int]]:
-    """Every (holder, tick) that may come next: any holder not done, any tick from now on."""
-    for h, position in enumerate(state.positions):
-        if position < len(bound.program):
-            yield from ((h, tick) for tick in range(state.tick, bound.last_tick + 1))
-
-
-def _replay(
-    bench: _Bench, bound: Bound, state: _State, ticks: tuple[int, ...], holders: tuple[int, ...]
-) -> list[list[dict[str, Any]]]:
-    """The events of one schedule played again from the start: at the fenced receiver, then
-    at the unfenced one."""
-    runs: list[list[dict[str, Any]]] = [[], []]
+def _walk(bound: Bound, objects: Sequence[Any], ticks: tuple[int, ...],
+          holders: tuple[int, ...]) -> Iterator[tuple[int, list[Any]]]:
+    """Play one schedule on `objects` from its start: the flags and the events of each step."""
+    positions, beliefs, record = [0] * bound.holders, [None] * bound.holders, _record(
+        bound.holders)
     for tick, h in zip(ticks, holders):
-        state, events = bench.play(state, h, bound.step(h, state.positions[h], tick))
-        runs[0].append(events[0])
-        runs[1].append(events[1])
-    return runs
+        _stop_if_asked()
+        step, held = bound.step(h, positions[h], tick), beliefs[h]
+        beliefs[h], events = _played(step, held, objects)
+        raised, record = _judged(record, h, step, held, events, beliefs[h])
+        positions[h] += 1
+        yield raised, events
 
 
-def _table(
-    bound: Bound, ends: Counter[int], states: int, played: int, witnesses: dict[str, Any]
-) -> dict[str, Any]:
+# --- the brute force: every schedule whole, sharing no database handling with the search ---
+
+
+def _brute_force(bound: Bound, folder: str, progress: _Progress) -> _Found:
+    """Play every schedule whole, from an empty database, with new objects each time."""
+    path = os.path.join(folder, "brute.sqlite3")
+    for store in _opened(path):  # the file, as the library and AskingReceiver make it
+        store.close()
+    # Nothing is restored: before each schedule, every row of every table is deleted.  This
+    # connection stays open, so that closing a schedule's objects never checkpoints the log,
+    # which would cost more than the schedule itself.  It waits for no lock: one still held
+    # after a step is a library's transaction left open.
+    keeper = sqlite3.connect(path, isolation_level=None, timeout=0)
+    ends: Counter[int] = Counter()
+    smallest: dict[int, tuple[Any, list[list[Any]]]] = {}
+    prefixes: set[tuple[tuple[int, ...], tuple[int, ...]]] = {((), ())}
+    steps = bound.holders * len(bound.program)
+    try:
+        for ticks, holders in _schedules(bound):
+            tables = keeper.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            keeper.executescript("BEGIN IMMEDIATE;" + "".join(
+                f' DELETE FROM "{name}";' for (name,) in tables.fetchall()) + " COMMIT")
+            objects, flags = _opened(path), 0
+            runs: list[list[Any]] = [[] for _ in RECEIVERS]
+            try:
+                for index, (raised, events) in enumerate(_walk(bound, objects, ticks, holders)):
+                    keeper.executescript("BEGIN IMMEDIATE; COMMIT")  # not the busy timeout
+                    for run, event in zip(runs, events):
+                        run.append(event)
+                    reach = (ticks[: index + 1], holders[: index + 1])
+                    prefixes.add(reach)
+                    for bit in _bits(raised):
+                        if bit not in smallest or reach < smallest[bit][0]:
+                            smallest[bit] = reach, [list(run) for run in runs]
+                    flags |= raised
+            finally:
+                for store in objects:
+                    store.close()
+            ends[flags] += 1
+            progress(len(prefixes), sum(ends.values()) * steps, steps, steps)
+    finally:
+        keeper.close()
+    witnesses = {bit: runs for bit, (_, runs) in smallest.items()}
+    played = sum(ends.values()) * steps  # every step of every schedule, every call played
+    return ends, len(prefixes), played, played, witnesses
+
+
+def _schedules(bound: Bound) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Every schedule of `bound`: its ticks, and the holder of each step."""
+    pending: list[tuple[tuple[int, ...], tuple[int, ...], int, tuple[int, ...]]] = [
+        ((), (), 0, (0,) * bound.holders)]
+    while pending:
+        ticks, holders, tick, positions = pending.pop()
+        if len(ticks) == bound.holders * len(bound.program):
+            yield ticks, holders
+        pending.extend(((*ticks, later), (*holders, h), later,
+                        _put(positions, h, positions[h] + 1))
+                       for h, later in _next(bound, tick, positions))
+
+
+# --- the table ---
+
+
+def _table(bound: Bound, ends: Counter[int], states: int, played: int, calls: int,
+           witnesses: dict[int, list[list[Any]]]) -> dict[str, Any]:
     """What an exploration found, as JSON: schedules, by class at each receiver, and checks."""
     n, size = bound.holders * len(bound.program), len(bound.program)
     orders, ticks = math.factorial(n) // math.factorial(size) ** bound.holders, bound.last_tick
@@ -279,7 +621,8 @@ def _table(
     def having(*bits: int) -> int:
         return sum(count for flags, count in ends.items() if any(flags >> b & 1 for b in bits))
 
-    width, schedules = len(CLASSES), sum(ends.values())
+    width, schedules, named = len(CLASSES), sum(ends.values()), {_FLAGS[b]: witnesses[b]
+                                                                  for b in sorted(witnesses)}
     return {
         "bound": {"holders": bound.holders, "program": [a.value for a in bound.program],
                   "last_tick": ticks, "ttl": bound.ttl},
@@ -288,16 +631,25 @@ def _table(
                    f"C({n} + {ticks}, {n}) = {orders} x {math.comb(n + ticks, n)}",
         "states": states,
         "transitions": played,
+        "calls_played": calls,
+        "leases_can_expire": bound.ttl <= ticks,
+        "receivers": {
+            "fenced": "the model's Receiver, fenced",
+            "unfenced": "the model's Receiver, unfenced",
+            "asking": "not the model's receiver: explore.AskingReceiver, which asks the "
+                      "authority inside its own write transaction",
+        },
+        "kinds": KINDS,
         "classes": {
             receiver: {**{name: having(r * width + c) for c, name in enumerate(CLASSES)},
                        "clean": schedules - having(*range(r * width, (r + 1) * width))}
-            for r, receiver in enumerate(("fenced", "unfenced"))
+            for r, receiver in enumerate(RECEIVERS)
         },
-        "violations": {name: having(2 * width + c) for c, name in enumerate(CHECKS)},
-        "witnesses": {name: runs[name.startswith("unfenced")]
-                      for name, runs in witnesses.items() if name not in CHECKS},
-        "failures": {name: {"fenced": runs[0], "unfenced": runs[1]}
-                     for name, runs in witnesses.items() if name in CHECKS},
+        "violations": {name: having(len(RECEIVERS) * width + c) for c, name in enumerate(CHECKS)},
+        "witnesses": {name: runs[RECEIVERS.index(name.split()[0])]
+                      for name, runs in named.items() if name not in CHECKS},
+        "failures": {name: dict(zip(RECEIVERS, runs))
+                     for name, runs in named.items() if name in CHECKS},
     }
 
 
@@ -314,11 +666,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line: the exit code, one of EXIT_CODES."""
     parser = _parser(
         "explore.py",
-        "Play every schedule of a bound on the real authority and receivers, count the\n"
-        "schedules of each kind, and check every step.  The report goes to stdout; --output\n"
-        "also writes the table as JSON.",
+        "Play every schedule of a bound on the real authority, the model's fenced and\n"
+        "unfenced receivers and a contrast receiver that asks the authority (not the\n"
+        "model's), count the schedules of each kind, and check every step.  The report goes\n"
+        "to stdout; --output also writes the table as JSON.",
         EXIT_CODES,
         "  python3 explore.py --program acquire write\n"
+        "  python3 explore.py --program acquire check write   # a check leaves the gap\n"
         "  python3 explore.py --holders 3 --last-tick 4",
     )
     parser.add_argument("--holders", type=int, choices=range(1, 9), metavar="N",
@@ -357,20 +711,27 @@ def _explored(table: dict[str, Any], seconds: float) -> tuple[int, str]:
         (f"every schedule of {bound['holders']} holders, each: {' '.join(bound['program'])}; "
          f"ticks 0 to {bound['last_tick']}, ttl {bound['ttl']}"),
         f"  {table['schedules']:,} schedules = {table['formula']}",
-        (f"  {table['states']:,} states, {table['transitions']:,} transitions played on the "
-         f"real code, {seconds:.1f} s"),
-        f"  {'schedules with':<22}{'fenced':>12}{'unfenced':>12}",
-        *(f"  {name:<22}{classes['fenced'][name]:>12,}{classes['unfenced'][name]:>12,}"
-          for name in classes["fenced"]),
+        (f"  {table['states']:,} states, {table['transitions']:,} transitions, "
+         f"{table['calls_played']:,} calls played on the real code, {seconds:.1f} s"),
+        "  a schedule is an order of steps and their ticks, refused steps included; it counts",
+        "  in every class it shows at least once, so a column does not sum to the schedules",
+        f"  {'schedules with':<30}{'kind':<12}{''.join(f'{r:>12}' for r in RECEIVERS)}",
+        *(f"  {name:<30}{kind:<12}{''.join(f'{classes[r][name]:>12,}' for r in RECEIVERS)}"
+          for name, kind in table["kinds"].items()),
+        f"  asking: {table['receivers']['asking']}",
         f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(CHECKS)})",
     ]
+    if not table["leases_can_expire"]:
+        lines.append(f"  no lease can expire by tick {bound['last_tick']} (ttl {bound['ttl']}), "
+                     "so no write can be late: no gap or lost update can happen in this bound, "
+                     "whatever the code")
     shown = [(f"the smallest {name}", name.split()[0], table["witnesses"][name])
              for name in ("unfenced lost update", "fenced stale refused", "fenced gap")
              if name in table["witnesses"]]
-    if failed:  # the smallest schedule that fails the first check, at both receivers
+    if failed:  # the smallest schedule that fails the first check, at each receiver
         failure = table["failures"][failed[0]]
         shown = [(f"the first schedule failing {failed[0]!r}", receiver, failure[receiver])
-                 for receiver in ("fenced", "unfenced")]
+                 for receiver in RECEIVERS]
     for title, receiver, events in shown:
         verdict = judge([e for e in events if not e["outcome"].startswith("raised")])
         lines.append(timeline({"name": title, "receiver": receiver, "events": events,
