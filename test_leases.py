@@ -885,7 +885,15 @@ class DurabilityAndInputTests(unittest.TestCase):
         self.assertIsNone(writer.read(RESOURCE))
         self.assertEqual(writer.write(RESOURCE, 1, "one").outcome, Outcome.APPLIED)
 
-        with self.subTest("ctrl-C as BEGIN returns leaves the object usable and the lock free"):
+        # Other processes write on, opening that database, made by another program, at once:
+        # it stays in the journal mode it has.
+        written = _run_together(self, _write_epochs, [(journal, f"w{i}", range(2, 4)) for i in
+                                                      range(4)])
+        outcomes = Counter(outcome for run in written for _, outcome in run)
+        self.assertEqual((outcomes["applied"], sum(outcomes.values())), (2, 8))  # epochs 2, 3
+        with contextlib.closing(sqlite3.connect(journal)) as connection:
+            self.assertEqual(connection.execute("PRAGMA journal_mode").fetchone(), ("delete",))
+        with self.subTest("Ctrl-C as BEGIN returns leaves the object usable and the lock free"):
             # A KeyboardInterrupt raised while BEGIN waits for the lock arrives once it returns.
             real = writer._connection
 
@@ -902,19 +910,11 @@ class DurabilityAndInputTests(unittest.TestCase):
 
             writer._connection = InterruptedBegin()  # type: ignore[assignment]
             with self.assertRaises(KeyboardInterrupt):
-                writer.write(RESOURCE, 2, "two")
+                writer.write(RESOURCE, 5, "five")
             writer._connection = real
             with contextlib.closing(sqlite3.connect(journal, timeout=0)) as other:
                 other.execute("BEGIN IMMEDIATE")  # "database is locked" if it were still held
-            self.assertEqual(writer.write(RESOURCE, 2, "two").outcome, Outcome.APPLIED)
-        # Other processes write on, opening that database, made by another program, at once:
-        # it stays in the journal mode it has.
-        written = _run_together(self, _write_epochs, [(journal, f"w{i}", range(3, 5)) for i in
-                                                      range(4)])
-        outcomes = Counter(outcome for run in written for _, outcome in run)
-        self.assertEqual((outcomes["applied"], sum(outcomes.values())), (2, 8))  # epochs 3, 4
-        with contextlib.closing(sqlite3.connect(journal)) as connection:
-            self.assertEqual(connection.execute("PRAGMA journal_mode").fetchone(), ("delete",))
+            self.assertEqual(writer.write(RESOURCE, 5, "five").outcome, Outcome.APPLIED)
 
     def test_invalid_input_raises_naming_the_parameter_and_changes_nothing(self) -> None:
         path = _database(self)
@@ -975,7 +975,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             with self.assertRaisesRegex(LeaseError, f"used its last epoch, {top}"):
                 authority.acquire(RESOURCE, "B", now=20, ttl=1)
 
-        with self.subTest("leaseHeld and LeaseLost survive pickling, as a process pool sends them"):
+        with self.subTest("LeaseHeld and LeaseLost survive pickling, as a process pool sends them"):
             held = LeaseHeld(lease)
             lost = LeaseLost(lease, Lease(RESOURCE, "B", 2, 20), "taken over")
             for refusal in (held, lost):
@@ -1182,7 +1182,7 @@ class CommandLineTests(unittest.TestCase):
         with self.subTest("workers ignore Ctrl-C and SIGHUP sent to the group, even starting up"):
             code, out, err = _run_signalling_workers(self, signal.SIGINT, signal.SIGHUP)
             self.assertEqual((code, out.splitlines()[0]), (0, process.stdout.strip()), err)
-        with self.subTest("sIGTERM ends a worker, and the engine names the step it waited for"):
+        with self.subTest("SIGTERM ends a worker, and the engine names the step it waited for"):
             code, out, err = _run_signalling_workers(self, signal.SIGTERM)
             self.assertEqual((code, out), (3, ""), err)
             self.assertEqual(err, "run_experiment.py: failed: scenario 'unfenced_receiver', step "
