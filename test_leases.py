@@ -1347,14 +1347,14 @@ class CommandLineTests(unittest.TestCase):
                 self.assertIn(reason, err)
         self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
         self.assertEqual(json.loads(_bytes(tampered)), document)
-        with self.subTest("a new --output file gets the mode the umask allows"):
+        with self.subTest("a new --output file gets the mode the umask allows, and the umask stays"):
             os.unlink(never)
-            previous = os.umask(0o077)
+            previous = os.umask(0o027)
             try:
                 _main("--output", never, play=evidence)
             finally:
-                os.umask(previous)
-            self.assertEqual(stat.S_IMODE(os.stat(never).st_mode), 0o600)
+                left = os.umask(previous)  # reading the umask means setting it: put back
+            self.assertEqual((stat.S_IMODE(os.stat(never).st_mode), left), (0o640, 0o027))
         with self.subTest("through a symlink, the target is replaced whole, its mode kept"):
             os.symlink("never.json", os.path.join(folder.name, "evidence"))
             os.chmod(never, 0o640)
