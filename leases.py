@@ -35,7 +35,6 @@ __all__ = [
 BUSY_TIMEOUT_SECONDS = 30.0
 
 _SQLITE_INT_MAX = 2**63 - 1
-_MAX_TEXT = 10**9  # SQLite's default bound on a string, in bytes; a longer one cannot be stored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +173,7 @@ class _Database:
                 if connection.in_transaction:  # SQLite may have rolled back already
                     connection.execute("ROLLBACK")
                 raise
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OverflowError) as exc:  # OverflowError: a str over 2 GiB
             raise LeaseError(f"{self._KIND} on {self.path!r} failed: {_reason(exc)}") from exc
 
     def __enter__(self: _D) -> _D:  # noqa: PYI019 - typing.Self is 3.11+, we support 3.10
@@ -355,8 +354,6 @@ def _check_text(name: str, value: object, *, empty_ok: bool = False) -> str:
         raise TypeError(f"{name} must be a str, got {value!r}")
     if not value and not empty_ok:
         raise ValueError(f"{name} must be a non-empty str, got {value!r}")
-    if len(value) > _MAX_TEXT:  # checked before encoding: a copy of it may not fit in memory
-        raise ValueError(f"{name} must be at most {_MAX_TEXT:,} characters, got {len(value):,}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -442,16 +439,16 @@ def _connect(path: str) -> sqlite3.Connection:
             _create(path)
         # Only stat()ed, never opened: closing any descriptor of a file drops every POSIX lock
         # this process holds on it, the locks of its open SQLite connections included.
-        status = os.stat(path)  # a symlink is followed: SQLite puts the -wal by its target
-        if not stat.S_ISREG(status.st_mode):  # a FIFO would block
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block; a link is followed
             raise LeaseError(f"cannot open database path {path!r}: it is not a regular file")
-        if _another_name(path, status):
-            # Each name of one file gets its own -wal and -shm: two logs, two authorities.
-            raise LeaseError(f"cannot open database path {path!r}: the file has another name "
-                             "(a hard link); open it by one name only")
         checked = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
         with contextlib.closing(checked):
             _check_tables(checked, path)
+        # Counted only once the file could be read: a new one is read only once its draft name
+        # is gone (see _create).  Each name gets its own -wal and -shm: two logs, two authorities.
+        if os.stat(path).st_nlink > 1:
+            raise LeaseError(f"cannot open database path {path!r}: the file has another name "
+                             "(a hard link); open it by one name only")
         # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
         return sqlite3.connect(
             _uri(path, "rw"),
@@ -492,26 +489,13 @@ def _reason(exc: BaseException) -> str:
     return str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
 
 
-def _another_name(path: str, status: os.stat_result) -> bool:
-    """Whether the file at `path` has a name besides `path`, not counting the draft that
-    another process made it as and is about to remove (see _create)."""
-    if status.st_nlink == 1:
-        return False
-    with os.scandir(os.path.dirname(path)) as entries:
-        for entry in entries:
-            if entry.name.startswith(".leases-") and entry.name.endswith(".draft"):
-                with contextlib.suppress(FileNotFoundError):
-                    if os.path.samestat(os.lstat(entry.path), status):
-                        return False
-    return os.stat(path).st_nlink > 1  # the draft may have gone since
-
-
 def _create(path: str) -> None:
     """Put a whole new WAL database with the model's tables at `path`, unless one is there.
 
     It is made as a draft, with the mode the umask allows, and linked into place in one step:
     processes that open one new file at once never see it half made, and a draft that cannot
-    be finished (a full disk) is removed, leaving nothing at `path`.
+    be finished (a full disk) is removed, leaving nothing at `path`.  Until its draft name is
+    removed, the file stays locked, so that no process reads it while it has two names.
     """
     draft = os.path.join(os.path.dirname(path), f".leases-{os.urandom(8).hex()}.draft")
     os.close(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
@@ -521,10 +505,13 @@ def _create(path: str) -> None:
             for statement in _TABLES.values():
                 connection.execute(statement)
             (mode,) = connection.execute("PRAGMA journal_mode=WAL").fetchone()
-        if mode != "wal":
-            raise sqlite3.OperationalError(f"the new database stayed in {mode!r} mode, not WAL")
-        with contextlib.suppress(FileExistsError):  # another process was first: use its file
-            os.link(draft, path)
+            if mode != "wal":
+                raise sqlite3.OperationalError(f"the new database stayed in {mode!r} mode")
+            connection.execute("PRAGMA locking_mode=EXCLUSIVE")  # held until closed
+            connection.executescript("BEGIN EXCLUSIVE; COMMIT")
+            with contextlib.suppress(FileExistsError):  # another process was first: use its file
+                os.link(draft, path)
+            os.unlink(draft)
     finally:
         for name in (draft, f"{draft}-wal", f"{draft}-shm", f"{draft}-journal"):
             with contextlib.suppress(FileNotFoundError):

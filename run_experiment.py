@@ -579,11 +579,13 @@ def _held() -> Iterator[None]:
 
 def _start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker, which removes the semaphores behind Events
-    and Queues, outside any held block: started by the first Event instead, it would let
-    SIGINT and SIGTERM through again in the middle of one, to the workers started next."""
+    and Queues, with the stop signals held: it keeps the hold, so that a stop sent to the whole
+    process group spares it.  (Started by the first Event instead, it would let SIGINT and
+    SIGTERM through again in the middle of a held block, to the workers started next.)"""
     from multiprocessing import resource_tracker
 
-    resource_tracker.ensure_running()
+    with _held():
+        resource_tracker.ensure_running()
 
 
 def command(prog: str, run: Callable[[], int]) -> int:
@@ -743,7 +745,7 @@ def _read_expected(path: str) -> object:
         data = file.read()
     try:
         return json.loads(data.decode("utf-8"))
-    except ValueError as exc:  # JSON's errors and UTF-8's are ValueErrors
+    except (ValueError, RecursionError) as exc:  # JSON's and UTF-8's errors, or too deep
         raise _UsageError(f"expected evidence {path!r} is not JSON: {exc}") from None
 
 

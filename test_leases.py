@@ -149,6 +149,25 @@ def _write_pausing(
         return receiver.write(RESOURCE, epoch, value)
 
 
+def _set() -> "Event":
+    event = SPAWN.Event()
+    event.set()
+    return event
+
+
+def _open_while_created(path: str, reading: "Event") -> str:
+    """Open a Receiver on `path`, saying when it comes to read the file."""
+    real = leases._check_tables
+
+    def check_tables(connection: sqlite3.Connection, path: str) -> None:
+        reading.set()
+        real(connection, path)
+
+    with mock.patch.object(leases, "_check_tables", check_tables):
+        Receiver(path).close()
+    return "opened"
+
+
 def _leave_open_in_wal_mode(db_path: str, statements: str) -> None:
     """Make the model's tables, then run `statements` in WAL mode, and end without closing the
     database, as a killed program does: what they did stays in the WAL log only."""
@@ -311,12 +330,11 @@ def _bytes(path: str) -> bytes:
 
 
 def _snapshot(folder: str) -> dict[str, bytes]:
-    """Every regular file in `folder` and its bytes, but SQLite's -shm, a cache it may rebuild."""
-    return {
-        name: _bytes(os.path.join(folder, name))
-        for name in os.listdir(folder)
-        if os.path.isfile(os.path.join(folder, name)) and not name.endswith("-shm")
-    }
+    """Every regular file in `folder` and its bytes, but the -shm and empty -wal that SQLite
+    makes beside a WAL-mode database for any reader."""
+    files = {name: _bytes(os.path.join(folder, name)) for name in os.listdir(folder)
+             if os.path.isfile(os.path.join(folder, name)) and not name.endswith("-shm")}
+    return {name: data for name, data in files.items() if data or not name.endswith("-wal")}
 
 
 def _dump(path: str) -> list[str]:
@@ -396,7 +414,8 @@ def _main(
 
 def _run_signalling_workers(test: unittest.TestCase, *numbers: int) -> tuple[int, str, str]:
     """The README's --check command, in a fresh interpreter, with `numbers` sent to every
-    worker just as the engine first waits for a report, while most are still starting up."""
+    worker, and to multiprocessing's resource tracker, just as the engine first waits for a
+    report, while most workers are still starting up."""
     program = ("import sys, test_leases; "
                f"sys.exit(test_leases._signalling_workers({[int(n) for n in numbers]!r}))")
     done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
@@ -408,9 +427,11 @@ def _signalling_workers(numbers: list[int]) -> int:
     real, sent = run_experiment._report, [False]
 
     def report(*args: Any) -> Any:
-        for child in multiprocessing.active_children() if not sent[-1] else ():
+        tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
+        pids = [child.pid for child in multiprocessing.active_children()] + [tracker]
+        for pid in pids if not sent[-1] else ():
             for number in numbers:
-                os.kill(child.pid, number)  # type: ignore[arg-type]
+                os.kill(pid, number)
         sent.append(True)
         return real(*args)
 
@@ -957,10 +978,23 @@ class DurabilityAndInputTests(unittest.TestCase):
                     call(bad)
                 self.assertIn(name, str(caught.exception))
                 self.assertIn(repr(bad), str(caught.exception))
-        with self.subTest("a text longer than SQLite stores is refused before it is copied"), \
-                mock.patch.object(leases, "_MAX_TEXT", 3), \
-                self.assertRaisesRegex(ValueError, "value must be at most 3 characters, got 4"):
-            receiver.write("r", 2, "four")
+        with self.subTest("a text too long for SQLite is a LeaseError, whatever its size"):
+            real = receiver._connection
+
+            class TooLong:  # what SQLite's binding raises for a str over 2 GiB
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(real, name)
+
+                def execute(self, sql: str, *args: Any) -> Any:
+                    assert real is not None  # an open receiver
+                    if sql.startswith("INSERT"):
+                        raise OverflowError("string longer than INT_MAX bytes")
+                    return real.execute(sql, *args)
+
+            receiver._connection = TooLong()  # type: ignore[assignment]
+            with self.assertRaisesRegex(LeaseError, "string longer than INT_MAX bytes"):
+                receiver.write("r", 2, "four")
+            receiver._connection = real
         self.assertEqual(_dump(path), before)
         self.assertEqual(authority.current(RESOURCE, now=0), lease)
 
@@ -1024,7 +1058,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             leases._TABLES["leases"],  # one of the model's tables, without the other
             # The model's own tables, with a trigger that would quietly drop every grant, or an
             # index that would refuse a holder's second grant.
-            (f"{tables}; CREATE TRIGGER drop_grants BEFORE INSERT ON leases"
+            (f"{tables}; CREATE TRIGGER drop_grants BEFORE INSERT ON Leases"
              " BEGIN SELECT RAISE(IGNORE); END"),
             f"{tables}; CREATE UNIQUE INDEX one_grant ON leases (holder)",
         ]):
@@ -1060,18 +1094,51 @@ class DurabilityAndInputTests(unittest.TestCase):
             with self.subTest("the refusal says why", file=name), \
                     self.assertRaisesRegex(LeaseError, reason):
                 Receiver(os.path.join(folder, name))
-        with self.subTest("a new database's draft name is no second name, linked or gone"):
+        with self.subTest("a new database is read only once it has one name, its draft's gone"):
             # Another process makes a new database as a draft, links it into place, and
-            # removes the draft: opened meanwhile, it has two names for a moment.
-            first = os.path.join(folder, "first-name.sqlite3")
-            draft = os.path.join(folder, ".leases-0123456789abcdef.draft")
+            # removes the draft, keeping the file locked meanwhile: an opener then reading it
+            # must count its names only once it could read it.
             os.unlink(unusable[-1])
-            os.link(first, draft)
-            self.assertFalse(leases._another_name(first, os.stat(first)))
-            linked = os.stat(first)
-            os.unlink(draft)  # just after the stat: the name had gone when the folder was read
-            self.assertFalse(leases._another_name(first, linked))
-            LeaseAuthority(first).close()
+            draft = os.path.join(folder, ".leases-0123456789abcdef.draft")
+            os.link(os.path.join(folder, "first-name.sqlite3"), draft)
+            creator = sqlite3.connect(draft, isolation_level=None)
+            self.addCleanup(creator.close)
+            creator.execute("PRAGMA locking_mode=EXCLUSIVE")
+            creator.executescript("BEGIN EXCLUSIVE; COMMIT")
+            reading, ready, results, go = SPAWN.Event(), SPAWN.Queue(), SPAWN.Queue(), _set()
+            first = os.path.join(folder, "first-name.sqlite3")
+            opener = _start(self, _job, 0, _open_while_created, (first, reading), ready, go,
+                            results)
+            self.assertTrue(reading.wait(TIMEOUT), "the opener never came to read the file")
+            os.unlink(draft)
+            creator.close()
+            self.assertEqual(_collect(self, results, [opener]), ["opened"])
+        with self.subTest("a new database is linked into place locked, until its draft is gone"):
+            locked = os.path.join(folder, "locked.sqlite3")
+            looked: list[str] = []
+            real_link, real_unlink = os.link, os.unlink
+
+            def look() -> None:  # as another opener would, at that moment
+                with contextlib.closing(sqlite3.connect(f"file:{locked}?mode=ro", uri=True,
+                                                        timeout=0)) as other:
+                    try:
+                        other.execute("SELECT * FROM sqlite_master").fetchall()
+                        looked.append("read")
+                    except sqlite3.OperationalError as exc:
+                        looked.append(str(exc))
+
+            def link(draft: str, path: str) -> None:
+                real_link(draft, path)
+                look()
+
+            def unlink(path: str) -> None:
+                if path.endswith(".draft") and os.path.exists(path):
+                    look()
+                real_unlink(path)
+
+            with mock.patch.object(os, "link", link), mock.patch.object(os, "unlink", unlink):
+                Receiver(locked).close()
+            self.assertEqual(looked, ["database is locked"] * 2)
         with self.subTest("a new file gets the mode the umask allows, as any file the user makes"):
             previous = os.umask(0o027)
             try:
@@ -1152,12 +1219,16 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
         with self.subTest("a step that does not report in time is named, its worker alive"):
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
-            args = (os.path.join(folder.name, "slow.sqlite3"), True, "A", [(0, step)],
-                    [SPAWN.Event()], SPAWN.Queue(), TIMEOUT)
-            slow = run_experiment._Play(Scenario("slow", True, "", (step,)), args[0], [],
-                                        args[5], {"A": _start(self, run_experiment._worker, *args)})
+            # Kept to the end of the test: a worker still starting up needs its Event to exist.
+            slow_args = (os.path.join(folder.name, "slow.sqlite3"), True, "A", [(0, step)],
+                         [SPAWN.Event()], SPAWN.Queue(), TIMEOUT)
+            worker = _start(self, run_experiment._worker, *slow_args)
+            slow = run_experiment._Play(Scenario("slow", True, "", (step,)), slow_args[0], [],
+                                        slow_args[5], {"A": worker})
             self.assertEqual(run_experiment._report(slow, "A", 0.001),
                              ("A", None, "no report within 0.001 s"))
+            worker.kill()
+            worker.join(TIMEOUT)
         with self.subTest("a worker whose engine is gone gives up within its bound"):
             reports: Queue[Any] = SPAWN.Queue()
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
@@ -1181,7 +1252,7 @@ class CommandLineTests(unittest.TestCase):
 
         with self.subTest("workers ignore Ctrl-C and SIGHUP sent to the group, even starting up"):
             code, out, err = _run_signalling_workers(self, signal.SIGINT, signal.SIGHUP)
-            self.assertEqual((code, out.splitlines()[0]), (0, process.stdout.strip()), err)
+            self.assertEqual((code, out, err), (0, process.stdout, process.stderr))
         with self.subTest("SIGTERM ends a worker, and the engine names the step it waited for"):
             code, out, err = _run_signalling_workers(self, signal.SIGTERM)
             self.assertEqual((code, out), (3, ""), err)
@@ -1324,6 +1395,9 @@ class CommandLineTests(unittest.TestCase):
         # line, nothing replaced.  The --check file must never be overwritten, whatever name
         # reaches it.
         fifo, loop = os.path.join(folder.name, "fifo"), os.path.join(folder.name, "loop")
+        deep = os.path.join(folder.name, "deep.json")
+        with open(deep, "w", encoding="ascii") as file:
+            file.write("[" * 100_000 + "]" * 100_000)
         os.mkfifo(fifo)
         os.symlink(loop, loop)
         link, hard = os.path.join(folder.name, "link.json"), os.path.join(folder.name, "hard.json")
@@ -1333,6 +1407,7 @@ class CommandLineTests(unittest.TestCase):
             (("--check", os.path.join(folder.name, "missing.json")), "missing.json"),
             (("--check", folder.name), "Is a directory"),
             (("--check", os.path.join(HERE, "leases.py")), "is not JSON"),
+            (("--check", deep), "is not JSON: maximum recursion depth"),
             (("--output", fifo), "is not a regular file"),
             (("--output", loop), "Too many levels of symbolic links"),
             (("--check", tampered, "--output", link), "is the --check file"),
