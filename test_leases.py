@@ -382,14 +382,13 @@ def _main(
     stands in for playing the scenarios, which the suite does once, in _run(); without it,
     main() must not start a run.
 
-    main() is a program: it takes the stop signals over, and holds them on its way out.  The
-    suite's own handlers and signal mask are put back afterwards.  `heed` is a signal that the
+    main() is a program: it takes the stop signals over.  The suite's own handlers are put
+    back afterwards.  `heed` is a signal that the
     caller sends itself, to be heeded even where the suite runs with it ignored (a script's
     background job ignores SIGINT); a stop main() reports for any other came from outside,
     and stops the suite.
     """
     handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     if heed:
         signal.signal(heed, signal.default_int_handler)
     out, err = stdout or io.StringIO(), io.StringIO()
@@ -406,7 +405,6 @@ def _main(
     finally:
         for number, handler in handlers.items():
             signal.signal(number, handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if any(number != heed for number in run_experiment._STOPPED):  # noted, whatever the code
         raise KeyboardInterrupt(err.getvalue().strip())
     return code, out.getvalue(), err.getvalue()
