@@ -26,7 +26,7 @@ import tempfile
 import traceback
 import unittest
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, TypeVar
 from unittest import mock
@@ -322,6 +322,33 @@ def _by_the_rule(stored: tuple[int, str] | None, epoch: int, value: str) -> str:
     if epoch == stored[0]:
         return "replay" if value == stored[1] else "conflict"
     return "stale"
+
+
+@contextlib.contextmanager
+def _raising(
+    store: LeaseAuthority | Receiver, statement: str, error: BaseException, *, after: bool
+) -> Iterator[None]:
+    """Make `store`'s statements that start with `statement` raise `error`, before they run or,
+    if `after`, once they have run (as Ctrl-C does, arriving as a busy wait for a lock ends)."""
+    real = store._connection
+    assert real is not None  # an open store
+
+    class Raising:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            assert real is not None
+            ran = real.execute(sql, *args) if after or not sql.startswith(statement) else None
+            if sql.startswith(statement):
+                raise error
+            return ran
+
+    store._connection = Raising()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        store._connection = real
 
 
 def _bytes(path: str) -> bytes:
@@ -914,23 +941,9 @@ class DurabilityAndInputTests(unittest.TestCase):
             self.assertEqual(connection.execute("PRAGMA journal_mode").fetchone(), ("delete",))
         with self.subTest("Ctrl-C as BEGIN returns leaves the object usable and the lock free"):
             # A KeyboardInterrupt raised while BEGIN waits for the lock arrives once it returns.
-            real = writer._connection
-
-            class InterruptedBegin:
-                def __getattr__(self, name: str) -> Any:
-                    return getattr(real, name)
-
-                def execute(self, sql: str, *args: Any) -> Any:
-                    assert real is not None  # an open receiver
-                    cursor = real.execute(sql, *args)
-                    if sql.startswith("BEGIN"):
-                        raise KeyboardInterrupt
-                    return cursor
-
-            writer._connection = InterruptedBegin()  # type: ignore[assignment]
-            with self.assertRaises(KeyboardInterrupt):
+            with _raising(writer, "BEGIN", KeyboardInterrupt(), after=True), \
+                    self.assertRaises(KeyboardInterrupt):
                 writer.write(RESOURCE, 5, "five")
-            writer._connection = real
             with contextlib.closing(sqlite3.connect(journal, timeout=0)) as other:
                 other.execute("BEGIN IMMEDIATE")  # "database is locked" if it were still held
             self.assertEqual(writer.write(RESOURCE, 5, "five").outcome, Outcome.APPLIED)
@@ -977,22 +990,11 @@ class DurabilityAndInputTests(unittest.TestCase):
                 self.assertIn(name, str(caught.exception))
                 self.assertIn(repr(bad), str(caught.exception))
         with self.subTest("a text too long for SQLite is a LeaseError, whatever its size"):
-            real = receiver._connection
-
-            class TooLong:  # what SQLite's binding raises for a str over 2 GiB
-                def __getattr__(self, name: str) -> Any:
-                    return getattr(real, name)
-
-                def execute(self, sql: str, *args: Any) -> Any:
-                    assert real is not None  # an open receiver
-                    if sql.startswith("INSERT"):
-                        raise OverflowError("string longer than INT_MAX bytes")
-                    return real.execute(sql, *args)
-
-            receiver._connection = TooLong()  # type: ignore[assignment]
-            with self.assertRaisesRegex(LeaseError, "string longer than INT_MAX bytes"):
+            # What SQLite's binding raises for a str over 2 GiB, without making one.
+            too_long = OverflowError("string longer than INT_MAX bytes")
+            with _raising(receiver, "INSERT", too_long, after=False), \
+                    self.assertRaisesRegex(LeaseError, "string longer than INT_MAX bytes"):
                 receiver.write("r", 2, "four")
-            receiver._connection = real
         self.assertEqual(_dump(path), before)
         self.assertEqual(authority.current(RESOURCE, now=0), lease)
 
