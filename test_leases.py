@@ -401,6 +401,13 @@ class _Closed(io.StringIO):
         raise BrokenPipeError(32, "Broken pipe")
 
 
+class _Full(io.StringIO):
+    """A stdout on a full disk, which takes each write into its buffer and fails to flush."""
+
+    def flush(self) -> None:
+        raise OSError(28, "No space left on device")
+
+
 def _main(
     *args: str, play: Callable[[], Any] | None = None, stdout: io.StringIO | None = None,
     heed: int = 0,
@@ -1009,10 +1016,11 @@ class DurabilityAndInputTests(unittest.TestCase):
             with self.assertRaisesRegex(LeaseError, f"used its last epoch, {top}"):
                 authority.acquire(RESOURCE, "B", now=20, ttl=1)
 
-        with self.subTest("LeaseHeld and LeaseLost survive pickling, as a process pool sends them"):
+        with self.subTest("LeaseHeld, LeaseLost and ExperimentError survive pickling, as a process "
+                          "pool sends them"):
             held = LeaseHeld(lease)
             lost = LeaseLost(lease, Lease(RESOURCE, "B", 2, 20), "taken over")
-            for refusal in (held, lost):
+            for refusal in (held, lost, ExperimentError("s", "step 0 (A write at tick 1)", "hung")):
                 copy = pickle.loads(pickle.dumps(refusal))
                 self.assertEqual((type(copy), str(copy), vars(copy)),
                                  (type(refusal), str(refusal), vars(refusal)))
@@ -1364,6 +1372,9 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual((code, err), (32, ""))
             self.assertEqual(_bytes(never), written)
             self.assertEqual(_main("--help", stdout=_Closed())[0], 32)
+            full_disk = "cannot write to stdout: [Errno 28] No space left on device"
+            self.assertEqual(_main("--help", stdout=_Full())[::2],
+                             (2, f"run_experiment.py: error: {full_disk}\n"))
         with self.subTest("a full stdout is one line and exit 2; a full stderr changes "
                           "nothing; never exit 120"), open("/dev/full", "w") as full:
             program = [sys.executable, os.path.join(HERE, "run_experiment.py")]
