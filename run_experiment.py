@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from leases import Lease, LeaseAuthority, LeaseHeld, LeaseLost, Receiver
 
@@ -286,10 +286,11 @@ def _worker(
     """
     # Stopping is the engine's: it kills its workers itself, so that Ctrl-C, sent to the whole
     # process group, ends the run once, in one line.  The engine started this process with the
-    # stop signals held; one pending is dropped here, but SIGTERM stays fatal.
+    # stop signals held; one pending is dropped here.  SIGTERM stays fatal, but as an exit that
+    # unwinds: killed outright, a worker could leave an Event's lock held, or half a report in
+    # the Queue, and the engine would wait on it for ever.
     for number in _STOP_SIGNALS:
-        if number != signal.SIGTERM:
-            signal.signal(number, signal.SIG_IGN)
+        signal.signal(number, _exit_on_sigterm if number == signal.SIGTERM else signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     try:
         with LeaseAuthority(db_path) as authority, Receiver(db_path, fenced=fenced) as receiver:
@@ -306,6 +307,10 @@ def _worker(
     reports.close()
     reports.join_thread()
     os._exit(0)
+
+
+def _exit_on_sigterm(number: int, frame: object) -> NoReturn:
+    raise SystemExit(EXIT_SIGNALLED + number)
 
 
 # --- the engine ---

@@ -1266,7 +1266,7 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual((code, out), (3, ""), err)
             self.assertEqual(err, "run_experiment.py: failed: scenario 'unfenced_receiver', step "
                              "0 (A acquire at tick 0): worker A: ended without a report, exit "
-                             "code -15\n")
+                             "code 143\n")
 
         real_report, ended_at_the_wait = run_experiment._report, []
 
