@@ -35,7 +35,6 @@ if TYPE_CHECKING:  # only for annotations: the context makes the real objects
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Event
 
-import explore
 import leases
 import run_experiment
 from leases import (
@@ -545,95 +544,6 @@ class ScenarioTests(unittest.TestCase):
             write_with_superseded_epoch_applied=False,
             final_value_written_by="B",
         )
-        # Every schedule of small bounds, on the real code (explore.py).  A schedule is an order
-        # of steps and their ticks, refused steps included; it counts in every class it shows.
-        acquire, check, write = Action.ACQUIRE, Action.CHECK, Action.WRITE
-        renew, release = Action.RENEW, Action.RELEASE
-        bounds = {
-            "takeover": explore.Bound(2, (acquire, write), last_tick=1, ttl=1),
-            "two writes, no expiry": explore.Bound(2, (acquire, write, write), last_tick=1, ttl=2),
-            "renew, release": explore.Bound(2, (acquire, renew, write, release), last_tick=1,
-                                            ttl=1),
-            "check, then write": explore.Bound(2, (acquire, check, write), last_tick=1, ttl=1),
-            "one holder": explore.Bound(1, (acquire, write, write, check, acquire, write, renew,
-                                            write, release), last_tick=2, ttl=2),
-        }
-        tables = {name: explore.explore(bound) for name, bound in bounds.items()}
-        receivers = {name: table["classes"] for name, table in tables.items()}
-        with self.subTest("every check holds in every schedule of every bound explored"):
-            for name, table in tables.items():
-                self.assertEqual(table["violations"], dict.fromkeys(explore.CHECKS, 0), name)
-        with self.subTest("playing every schedule whole, each on an empty database of its own, "
-                          "gives the table that counting by state gives"):
-            for bound in (bounds["takeover"],
-                          explore.Bound(1, bounds["one holder"].program, last_tick=1, ttl=1)):
-                table, whole = (explore.explore(bound, brute_force=brute)
-                                for brute in (False, True))
-                for key in ("schedules", "classes", "violations", "witnesses", "failures"):
-                    self.assertEqual(table[key], whole[key], (bound, key))
-        with self.subTest("the fence loses no update, and refuses exactly where the unfenced "
-                          "receiver loses one"):
-            for name, classes in receivers.items():
-                self.assertEqual(classes["fenced"]["lost update"], 0, name)
-                self.assertEqual(classes["fenced"]["stale refused"],
-                                 classes["unfenced"]["lost update"], name)
-        with self.subTest("acquire and write, ticks 0 to 1, ttl 1: 30 schedules, 53 states, "
-                          "these counts"):
-            table = tables["takeover"]
-            self.assertEqual((table["schedules"], table["states"]), (30, 53))
-            self.assertEqual(
-                {receiver: [counts[name] for name in (*explore.CLASSES, "clean")]
-                 for receiver, counts in table["classes"].items()},
-                {"fenced": [0, 2, 2, 8, 0, 0, 0, 18], "unfenced": [2, 0, 2, 8, 0, 0, 0, 18],
-                 "asking": [0, 4, 0, 0, 0, 0, 8, 18]},
-            )
-            self.assertEqual({kind for kind in table["kinds"].values()},
-                             {"harm", "protection", "neither"})
-        with self.subTest("the smallest schedules of each kind are the three scenarios' "
-                          "interleavings (the gap's up to A's applied write)"):
-            witnesses = tables["takeover"]["witnesses"]
-            for witness, scenario, steps in [
-                ("unfenced lost update", "unfenced_receiver", 4),
-                ("fenced stale refused", "fenced_receiver", 4),
-                ("fenced gap", "expiry_before_receiver_observation_gap", 3),
-            ]:
-                self.assertEqual(
-                    [(e["actor"], e["action"], e["epoch"], e["outcome"])
-                     for e in witnesses[witness]],
-                    [(e[0], e[1], e[3], e[4]) for e in _story(_evidence()[scenario])][:steps],
-                    witness,
-                )
-        with self.subTest("two writes at one epoch: the second is refused as a conflict in "
-                          "every schedule"):
-            self.assertEqual(receivers["two writes, no expiry"]["fenced"]["conflict"], 140)
-        with self.subTest("a holder's own check leaves gap schedules: a takeover between the "
-                          "check and the write"):
-            self.assertEqual(receivers["check, then write"]["fenced"]["gap"], 4)
-            self.assertEqual(
-                [(e["actor"], e["action"], e["outcome"])
-                 for e in tables["check, then write"]["witnesses"]["fenced gap"]],
-                [("A", "acquire", "granted"), ("A", "check", "live"), ("B", "acquire", "granted"),
-                 ("A", "write", "applied")],
-            )
-        with self.subTest("the asking receiver has no gap and no lost update; it refuses the "
-                          "late writes that nobody superseded"):
-            for name, classes in receivers.items():
-                asking = classes["asking"]
-                self.assertEqual([asking["lost update"], asking["gap"],
-                                  asking["late, not superseded"]], [0, 0, 0], name)
-                self.assertEqual(asking["late refused, not superseded"],
-                                 classes["unfenced"]["late, not superseded"], name)
-            asking = receivers["check, then write"]["asking"]
-            self.assertEqual(asking["late refused, not superseded"], 34)
-        with self.subTest("a noted stop ends an exploration at its next transition"), \
-                mock.patch.object(run_experiment, "_STOPPED", [signal.SIGINT]), \
-                self.assertRaises(KeyboardInterrupt):
-            explore.explore(bounds["takeover"])
-        with self.subTest("a bound in which no lease can expire by its last tick says so, and "
-                          "has no takeover"):
-            self.assertEqual([table["leases_can_expire"] for table in tables.values()],
-                             [True, False, True, True, True])
-            self.assertEqual(receivers["two writes, no expiry"]["unfenced"]["clean"], 140)
 
     def test_expiry_before_receiver_observation_gap_applies_expired_epoch_1_until_epoch_2_is_stored(
         self,
