@@ -34,6 +34,7 @@ import math
 import os
 import sqlite3
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -457,19 +458,23 @@ def explore(
 
 
 class _Progress:
-    """A line on stderr every 2 s, with the states so far and their rate: a bound too large
-    to finish in minutes shows it in its first seconds."""
+    """A line on stderr every 2 s: how far the search is, the states so far and their rate.
+    A bound too large to finish in minutes shows it in its first seconds."""
 
     def __init__(self, say: Callable[[str], None] | None) -> None:
         self.say, self.started = say, time.monotonic()
         self.due = self.started + 2
 
-    def __call__(self, states: int, transitions: int, depth: int, steps: int) -> None:
+    def is_due(self) -> bool:
+        return self.say is not None and time.monotonic() >= self.due
+
+    def __call__(self, far: str, states: int, transitions: int) -> None:
+        """Say `far`, how far the search is, with the counts so far; due or not."""
         now = time.monotonic()
-        if self.say is not None and now >= self.due:
-            self.due, rate = now + 2, states / (now - self.started)
-            self.say(f"explore: step {depth} of {steps}: {states:,} states so far "
-                     f"({rate:,.0f} a second), {transitions:,} transitions")
+        self.due, rate = now + 2, states / (now - self.started)
+        if self.say is not None:
+            self.say(f"explore: {far}: {states:,} states so far ({rate:,.0f} a second), "
+                     f"{transitions:,} transitions")
 
 
 _Found = tuple[Counter[int], int, int, int, dict[int, list[list[Any]]]]
@@ -492,8 +497,8 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
             # A step's outcome depends only on the content, the step, its holder's lease and
             # the record, so each such move of a layer is played and judged once.
             known: dict[Any, tuple[Any, int, _Record, int]] = {}
-            for (content, tick, positions, beliefs, record), ((ticks, holders), counts) in (
-                    layer.items()):
+            for done, ((content, tick, positions, beliefs, record), ((ticks, holders), counts)) in (
+                    enumerate(layer.items())):
                 for h, later in _next(bound, tick, positions):
                     _stop_if_asked()
                     move = (content, h, positions[h], later, beliefs[h], record)
@@ -517,8 +522,10 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
                     reached = target[1]
                     for flags, schedules in counts.items():
                         reached[flags | raised] = reached.get(flags | raised, 0) + schedules
+                    if not transitions & 63 and progress.is_due():  # a clock read is cheap
+                        progress(f"step {depth} of {steps}, {done:,} of {len(layer):,} states "
+                                 "taken a step further", states + len(following), transitions)
                     if not transitions & 1023:
-                        progress(states + len(following), transitions, depth, steps)
                         gc.freeze()  # no collection runs through what is kept: no long pause
             layer, states = following, states + len(following)
         ends: Counter[int] = Counter()
@@ -588,7 +595,9 @@ def _brute_force(bound: Bound, folder: str, progress: _Progress) -> _Found:
                 for store in objects:
                     store.close()
             ends[flags] += 1
-            progress(len(prefixes), sum(ends.values()) * steps, steps, steps)
+            if progress.is_due():
+                progress(f"{sum(ends.values()):,} of {_count(bound)[0]:,} schedules played whole",
+                         len(prefixes), sum(ends.values()) * steps)
     finally:
         keeper.close()
     witnesses = {bit: runs for bit, (_, runs) in smallest.items()}
@@ -612,11 +621,20 @@ def _schedules(bound: Bound) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]
 # --- the table ---
 
 
+def _count(bound: Bound) -> tuple[int, str]:
+    """How many schedules `bound` has, and the formula that says so: the orders of the holders'
+    steps, times the ways to give n steps rising ticks from 0 to T."""
+    n, size, ticks = bound.holders * len(bound.program), len(bound.program), bound.last_tick
+    orders, timings = math.factorial(n) // math.factorial(size) ** bound.holders, math.comb(
+        n + ticks, n)
+    return orders * timings, (f"multinomial({n}; {', '.join([str(size)] * bound.holders)}) x "
+                              f"C({n} + {ticks}, {n}) = {orders} x {timings}")
+
+
 def _table(bound: Bound, ends: Counter[int], states: int, played: int, calls: int,
            witnesses: dict[int, list[list[Any]]]) -> dict[str, Any]:
     """What an exploration found, as JSON: schedules, by class at each receiver, and checks."""
-    n, size = bound.holders * len(bound.program), len(bound.program)
-    orders, ticks = math.factorial(n) // math.factorial(size) ** bound.holders, bound.last_tick
+    ticks, (_, formula) = bound.last_tick, _count(bound)
 
     def having(*bits: int) -> int:
         return sum(count for flags, count in ends.items() if any(flags >> b & 1 for b in bits))
@@ -627,8 +645,7 @@ def _table(bound: Bound, ends: Counter[int], states: int, played: int, calls: in
         "bound": {"holders": bound.holders, "program": [a.value for a in bound.program],
                   "last_tick": ticks, "ttl": bound.ttl},
         "schedules": schedules,
-        "formula": f"multinomial({n}; {', '.join([str(size)] * bound.holders)}) x "
-                   f"C({n} + {ticks}, {n}) = {orders} x {math.comb(n + ticks, n)}",
+        "formula": formula,
         "states": states,
         "transitions": played,
         "calls_played": calls,
@@ -695,6 +712,8 @@ def _main(args: "argparse.Namespace") -> int:
              "program": args.program and tuple(map(Action, args.program))}
     bound = Bound(**{name: value for name, value in given.items() if value is not None})
     target = None if args.output is None else _output_target(args.output)
+    if target is not None:  # found now, not once the whole exploration is lost
+        _check_writable(target)
     started = time.monotonic()
     table = explore(bound, progress=_note)
     _stop_if_asked()
@@ -703,12 +722,22 @@ def _main(args: "argparse.Namespace") -> int:
     return code
 
 
+def _check_writable(target: str) -> None:
+    """OSError naming `target` unless a file can be made in its folder, as --output will be."""
+    try:
+        with tempfile.TemporaryFile(dir=os.path.dirname(target)):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write --output there: {exc.strerror}", target) from None
+
+
 def _explored(table: dict[str, Any], seconds: float) -> tuple[int, str]:
     """The exit code and the report of an exploration: its table, and its smallest schedules."""
     bound, classes = table["bound"], table["classes"]
     failed = [name for name, count in table["violations"].items() if count]
     lines = [
-        (f"every schedule of {bound['holders']} holders, each: {' '.join(bound['program'])}; "
+        (f"every schedule of {bound['holders']} holder{'s' * (bound['holders'] != 1)}, each: "
+         f"{' '.join(bound['program'])}; "
          f"ticks 0 to {bound['last_tick']}, ttl {bound['ttl']}"),
         f"  {table['schedules']:,} schedules = {table['formula']}",
         (f"  {table['states']:,} states, {table['transitions']:,} transitions, "

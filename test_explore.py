@@ -5,8 +5,16 @@ Run alone with `python3 test_explore.py`; `python3 -m unittest discover` runs it
 test_leases.py.  Nothing here sleeps; a stop is simulated by noting it.
 """
 
+import contextlib
 import functools
+import io
+import json
+import os
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import unittest
 from typing import Any
 from unittest import mock
@@ -14,6 +22,9 @@ from unittest import mock
 import explore
 import run_experiment
 from run_experiment import Action
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+TIMEOUT = 60.0  # bounds a hung run; no test waits for it to pass
 
 ACQUIRE, CHECK, WRITE = Action.ACQUIRE, Action.CHECK, Action.WRITE
 RENEW, RELEASE = Action.RENEW, Action.RELEASE
@@ -131,6 +142,152 @@ class CountingTests(unittest.TestCase):
         with mock.patch.object(run_experiment, "_STOPPED", [signal.SIGINT]), \
                 self.assertRaises(KeyboardInterrupt):
             explore.explore(BOUNDS["takeover"])
+
+
+# Each check of the explorer, and a breakage of leases.py under which it fires: (the check,
+# what to replace, with what, the bound's command-line arguments, the first failing schedule
+# as "actor action outcome" per step).
+BREAKAGES = [
+    ("fence", "epoch > stored[0]", "epoch >= stored[0]",  # an equal epoch applied twice
+     ["--program", "acquire", "write", "write", "--last-tick", "0", "--ttl", "2"],
+     ["A acquire granted", "A write applied", "A write applied"]),
+    ("epochs increase", '"UPDATE leases SET holder = NULL WHERE resource = ?"',
+     '"DELETE FROM leases WHERE resource = ?"',  # a release forgets the epoch
+     ["--program", "acquire", "release", "--last-tick", "0"],
+     ["A acquire granted", "A release released", "B acquire granted"]),
+    ("one live lease", "raise LeaseHeld(held)", "pass",  # a live lease granted again
+     ["--program", "acquire", "--last-tick", "0"],
+     ["A acquire granted", "B acquire granted"]),
+    ("stored pair", "return WriteResult(outcome, resource, epoch, value, *stored)",
+     "return WriteResult(outcome, resource, epoch, value, epoch, value)",  # says it holds it
+     ["--program", "acquire", "write", "write", "--last-tick", "0", "--ttl", "2"],
+     ["A acquire granted", "A write applied", "A write conflict"]),
+    ("model", "return dataclasses.replace(lease, expires_at=expires_at)",
+     "return dataclasses.replace(lease, expires_at=expires_at + 1)",  # renews one tick long
+     ["--holders", "1", "--program", "acquire", "renew", "--last-tick", "0"],
+     ["A acquire granted", "A renew renewed"]),
+]
+
+
+def _folder(test: unittest.TestCase) -> str:
+    folder = tempfile.mkdtemp(prefix="explore-test-")
+    test.addCleanup(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _explore_broken(
+    test: unittest.TestCase, old: str, new: str, arguments: list[str]
+) -> "subprocess.CompletedProcess[str]":
+    """explore.py, run as a user runs it, on a scratch copy whose leases.py has `old` replaced
+    with `new`."""
+    folder = _folder(test)
+    for name in ("leases.py", "run_experiment.py", "explore.py"):
+        shutil.copy(os.path.join(HERE, name), folder)
+    path = os.path.join(folder, "leases.py")
+    with open(path, encoding="utf-8") as file:
+        source = file.read()
+    test.assertEqual(source.count(old), 1, f"{old!r} must occur once in leases.py")
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(source.replace(old, new))
+    return subprocess.run([sys.executable, "explore.py", *arguments], cwd=folder,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+def _schedule(report: str, title: str) -> list[str]:
+    """The steps of the timeline under `title` in a report, as "actor action outcome"."""
+    lines = report.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    steps = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("  tick"):
+            break
+        words = line.split()
+        steps.append(" ".join([words[2], words[3], words[6] if words[4] == "epoch" else words[4]]))
+    return steps
+
+
+def _main(*argv: str) -> tuple[int, str, str]:
+    """explore.main(argv) in this process: its exit code, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = explore.main(list(argv))
+        except SystemExit as exit:  # argparse's way out, as for a user
+            code = exit.code if isinstance(exit.code, int) else -1
+    return code, out.getvalue(), err.getvalue()
+
+
+class CheckTests(unittest.TestCase):
+    """Every check of the explorer fires under a breakage of the library made for it."""
+
+    def test_each_check_fires_under_its_breakage_with_exit_1_and_its_first_failing_schedule(
+        self,
+    ) -> None:
+        self.assertEqual([check for check, *_ in BREAKAGES], list(explore.CHECKS))
+        for check, old, new, arguments, steps in BREAKAGES:
+            with self.subTest(check):
+                run = _explore_broken(self, old, new, arguments)
+                self.assertEqual(run.returncode, 1, run.stderr)
+                failed = next(line for line in run.stdout.splitlines()
+                              if line.startswith("  checks failed: "))
+                self.assertEqual(failed.split(": ")[1].split(" (of")[0].split(", ")[0], check)
+                self.assertEqual(
+                    _schedule(run.stdout, f"the first schedule failing {check!r}"), steps)
+
+
+class CommandLineTests(unittest.TestCase):
+    """explore.py's exit codes: 0, 1 (above), 2 and 128 + n, and what --output holds."""
+
+    def test_a_clean_run_exits_0_and_writes_its_table_to_output(self) -> None:
+        output = os.path.join(_folder(self), "table.json")
+        code, out, _ = _main("--program", "acquire", "write", "--last-tick", "1", "--ttl", "1",
+                             "--output", output)
+        self.assertEqual(code, 0)
+        self.assertIn("  30 schedules = multinomial(4; 2, 2) x C(4 + 1, 4) = 6 x 5\n", out)
+        self.assertIn("  checks failed: none (of: fence, epochs increase", out)
+        with open(output, encoding="utf-8") as file:
+            self.assertEqual(json.load(file)["schedules"], 30)
+
+    def test_bad_arguments_and_an_output_that_cannot_be_written_exit_2_before_exploring(
+        self,
+    ) -> None:
+        missing = os.path.join(_folder(self), "missing", "table.json")
+        for argv in (["--holders", "0"], ["--program"], ["--output", missing],
+                     ["--output", _folder(self)]):
+            with self.subTest(argv=argv), mock.patch.object(explore, "explore") as explored:
+                code, out, err = _main(*argv)
+                self.assertEqual((code, out), (2, ""))
+                self.assertEqual(len(err.splitlines()), 1, err)
+                explored.assert_not_called()
+
+    def test_a_stop_ends_the_run_with_128_plus_its_number_and_writes_nothing(self) -> None:
+        output = os.path.join(_folder(self), "table.json")
+        arguments = ("--program", "acquire", "write", "--last-tick", "1", "--ttl", "1",
+                     "--output", output)
+        real_explore, real_played = explore.explore, explore._played
+        played = []
+
+        def stopped_at_first_call(*args: Any) -> Any:
+            played.append(args)
+            if len(played) == 1:
+                os.kill(os.getpid(), signal.SIGTERM)  # noted by the command, not fatal
+            return real_played(*args)
+
+        def stopped_at_the_end(*args: Any, **kwargs: Any) -> Any:
+            table = real_explore(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGHUP)
+            return table
+
+        with self.subTest("a stop during the search ends it at the next transition"), \
+                mock.patch.object(explore, "_played", stopped_at_first_call):
+            code, out, err = _main(*arguments)
+            self.assertEqual((code, out, len(played)), (128 + signal.SIGTERM, "", 1))
+            self.assertIn("stopped by SIGTERM", err)
+        with self.subTest("a stop noted as the search ends: nothing written, no success"), \
+                mock.patch.object(explore, "explore", stopped_at_the_end):
+            code, out, err = _main(*arguments)
+            self.assertEqual((code, out), (128 + signal.SIGHUP, ""))
+        self.assertFalse(os.path.exists(output))
 
 
 if __name__ == "__main__":
