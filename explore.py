@@ -27,6 +27,7 @@ The contract:
                        [--output PATH]
 """
 
+import argparse
 import contextlib
 import functools
 import gc
@@ -39,7 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from leases import BUSY_TIMEOUT_SECONDS, Lease, LeaseAuthority, Receiver
 from run_experiment import (
@@ -63,9 +64,6 @@ from run_experiment import (
     judge,
     timeline,
 )
-
-if TYPE_CHECKING:
-    import argparse
 
 __all__ = ["CHECKS", "CLASSES", "EXIT_CODES", "KINDS", "RECEIVERS", "AskingReceiver", "Bound",
            "explore", "main"]
@@ -354,8 +352,6 @@ class _Bench:
             error = exc
         if vars(target) != before:  # a call would then depend on more than the rows
             error = RuntimeError(f"{name} kept state outside the database: {vars(target)}")
-            vars(target).clear()
-            vars(target).update(before)
         # A transaction left open would keep a snapshot, or the lock, into the next call.
         left_open = any(isinstance(value, sqlite3.Connection) and value.in_transaction
                         for value in vars(target).values())
@@ -450,10 +446,10 @@ def explore(
     """
     with contextlib.ExitStack() as cleanup:
         folder = _scratch(cleanup, "leases-explore-")
+        if gc.isenabled():  # what the search keeps only grows: collecting it is wasted time
+            gc.disable()
+            cleanup.callback(gc.enable)
         found = (_brute_force if brute_force else _search)(bound, folder, _Progress(progress))
-    # What _search froze goes back to the collector, but only now: after a stop, a collection
-    # through all of it would hold the exit up by seconds.
-    gc.unfreeze()
     return _table(bound, *found)
 
 
@@ -525,8 +521,6 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
                     if not transitions & 63 and progress.is_due():  # a clock read is cheap
                         progress(f"step {depth} of {steps}, {done:,} of {len(layer):,} states "
                                  "taken a step further", states + len(following), transitions)
-                    if not transitions & 1023:
-                        gc.freeze()  # no collection runs through what is kept: no long pause
             layer, states = following, states + len(following)
         ends: Counter[int] = Counter()
         for _, counts in layer.values():
@@ -707,7 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return command("explore.py", lambda: _main(parser.parse_args(argv)))
 
 
-def _main(args: "argparse.Namespace") -> int:
+def _main(args: argparse.Namespace) -> int:
     given = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
              "program": args.program and tuple(map(Action, args.program))}
     bound = Bound(**{name: value for name, value in given.items() if value is not None})
