@@ -144,6 +144,25 @@ class CountingTests(unittest.TestCase):
                          [True, False, True, True, True])
         self.assertEqual(_classes("two writes, no expiry")["unfenced"]["clean"], 140)
 
+    def test_progress_is_said_every_2_s_with_how_far_the_search_is(self) -> None:
+        now = [0.0]
+
+        def monotonic() -> float:  # a clock that moves 0.5 s each time it is read
+            now[0] += 0.5
+            return now[0]
+
+        said: list[tuple[float, str]] = []
+        with mock.patch.object(explore, "time", mock.Mock(monotonic=monotonic)):
+            explore.explore(explore.Bound(last_tick=2, ttl=1),
+                            progress=lambda line: said.append((now[0], line)))
+        self.assertGreater(len(said), 3)
+        self.assertTrue(all(later - before >= 2 for (before, _), (later, _) in
+                            zip([(0.0, "")] + said, said)), said)
+        for _, line in said:
+            self.assertRegex(line, r"^explore: step [1-8] of 8, [\d,]+ of [\d,]+ states taken a "
+                             r"step further: [\d,]+ states so far \([\d,]+ a second\), "
+                             r"[\d,]+ transitions$")
+
     def test_a_noted_stop_ends_an_exploration_at_its_next_transition(self) -> None:
         with mock.patch.object(run_experiment, "_STOPPED", [signal.SIGINT]), \
                 self.assertRaises(KeyboardInterrupt):
