@@ -40,7 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from leases import BUSY_TIMEOUT_SECONDS, Lease, LeaseAuthority, Receiver
 from run_experiment import (
@@ -83,8 +83,6 @@ KINDS = {
     "clean": "neither",  # none of the above
 }
 CLASSES = tuple(KINDS)[:-1]
-CHECKS = ("fence", "epochs increase", "one live lease", "stored pair", "model")
-_FLAGS = (*(f"{receiver} {name}" for receiver in RECEIVERS for name in CLASSES), *CHECKS)
 _FIELDS = ("outcome", "epoch", "expires_at", "value", "stored_epoch", "stored_value")
 _REFUSED = ("stale", "conflict", "not live")
 
@@ -193,63 +191,136 @@ def _raised(step: Step, exc: Exception) -> dict[str, Any]:
     return _event(step, f"raised {type(exc).__name__}: {exc}")
 
 
-# The explorer's record of one schedule, from the answers alone: the highest epoch granted,
-# the authority's lease as its answers leave it (holder, epoch, expiry; holder None once
-# released), the lease each holder was answered (epoch, expiry), each receiver's last applied
-# (epoch, value), and the highest epoch the fenced receiver applied.
-_Record = tuple[int, Any, tuple[Any, ...], tuple[Any, ...], int]
+class Record(NamedTuple):
+    """The explorer's record of one schedule so far, from the answers alone, never the rows."""
+
+    newest: int  # the highest epoch the authority has granted
+    lease: tuple[str | None, int, int] | None  # the authority's lease as its answers leave it:
+    # (holder, epoch, expiry), the holder None once released; None before any grant
+    leases: tuple[tuple[int, int] | None, ...]  # the lease each holder was answered: (epoch,
+    # expiry), None once lost or released
+    stored: tuple[tuple[int, str] | None, ...]  # what each of RECEIVERS last applied
+    highest_fenced: int  # the highest epoch the fenced receiver has applied
+
+    @classmethod
+    def empty(cls, holders: int) -> "Record":
+        return cls(0, None, (None,) * holders, (None,) * len(RECEIVERS), 0)
 
 
-def _record(holders: int) -> _Record:
-    return 0, None, (None,) * holders, (None,) * len(RECEIVERS), 0
+class Move(NamedTuple):
+    """One step of one holder, as a check sees it: the record before and after, the answers."""
+
+    before: Record
+    after: Record
+    h: int
+    step: Step
+    held: Lease | None  # the lease the holder stepped with
+    events: list[dict[str, Any]]  # the answer at each of RECEIVERS (one answer three times,
+    # unless it writes)
+    kept: Lease | None  # the lease the holder keeps
 
 
-def _judged(record: _Record, h: int, step: Step, held: Lease | None, events: list[Any],
-            kept: Any) -> tuple[int, _Record]:
-    """The flags a step raises (its write's classes at each receiver, then the checks it fails),
-    and the record after it: from the record and the answers, never from the database."""
-    newest, row, leases, stored, high = record
-    first, writes = events[0], step.action is Action.WRITE and held is not None
-    late = leases[h] is not None and step.tick >= leases[h][1]
-    raised, wrong_pair, applied_pairs = [], False, list(stored)
-    for r, (event, pair) in enumerate(zip(events, stored)):
-        outcome, epoch, value = event["outcome"], event["epoch"], event["value"]
+def fence(move: Move) -> bool:
+    """The fenced receiver applied an epoch no higher than one it applied before."""
+    first = move.events[0]
+    return bool(_writes(move) and first["outcome"] == "applied"
+                and first["epoch"] <= move.before.highest_fenced)
+
+
+def epochs_increase(move: Move) -> bool:
+    """A grant's epoch is no higher than one granted before."""
+    first = move.events[0]
+    return bool(first["outcome"] == "granted" and first["epoch"] <= move.before.newest)
+
+
+def one_live_lease(move: Move) -> bool:
+    """Two holders were answered leases live at this tick."""
+    return sum(lease is not None and move.step.tick < lease[1]
+               for lease in move.after.leases) > 1
+
+
+def stored_pair(move: Move) -> bool:
+    """A receiver said it holds other than what it last applied, by the record."""
+    if not _writes(move):
+        return False
+    for event, now in zip(move.events, move.after.stored):
+        said = (event["stored_epoch"], event["stored_value"])
+        if not event["outcome"].startswith("raised") and said != (now or (None, None)):
+            return True
+    return False
+
+
+def model(move: Move) -> bool:
+    """An answer, or the lease the holder keeps, is not what the rules say from the record."""
+    actual = [tuple(event[field] for field in _FIELDS) for event in move.events], _fields(
+        move.kept)
+    return _model(move.before, move.step, move.held) != actual
+
+
+# Each check of every step: it fails where its function says True.
+CHECKS: dict[str, Callable[[Move], bool]] = {
+    "fence": fence, "epochs increase": epochs_increase, "one live lease": one_live_lease,
+    "stored pair": stored_pair, "model": model,
+}
+# Each flag a step can raise: a class at a receiver, or a failed check.
+_FLAGS = (*(f"{receiver} {name}" for receiver in RECEIVERS for name in CLASSES), *CHECKS)
+
+
+def _writes(move: Move) -> bool:
+    return move.step.action is Action.WRITE and move.held is not None
+
+
+def _classes(move: Move) -> list[bool]:
+    """The classes of CLASSES that `move` shows, at each of RECEIVERS in turn."""
+    writes, record, mine = _writes(move), move.before, move.before.leases[move.h]
+    late = mine is not None and move.step.tick >= mine[1]
+    shown = []
+    for event, pair in zip(move.events, record.stored):
+        outcome, epoch = event["outcome"], event["epoch"]
         applied, refused = writes and outcome == "applied", writes and outcome in _REFUSED
         lost = applied and pair is not None and epoch < pair[0]
-        # In the order of CLASSES: what was stored, the newest grant and lateness are the
-        # record's, never what the rows say.
-        raised += [lost, refused and outcome == "stale", applied and not lost and epoch < newest,
-                   applied and epoch == newest and late, writes and outcome == "replay",
-                   refused and outcome == "conflict", refused and epoch == newest and late]
-        expected = (epoch, value) if applied else pair or (None, None)
-        answered = writes and not outcome.startswith("raised")
-        wrong_pair |= answered and (event["stored_epoch"], event["stored_value"]) != expected
-        applied_pairs[r] = (epoch, value) if applied else pair
+        # What was stored, the newest grant and lateness are the record's, never the rows'.
+        shown += [lost, refused and outcome == "stale",
+                  applied and not lost and epoch < record.newest,
+                  applied and epoch == record.newest and late, writes and outcome == "replay",
+                  refused and outcome == "conflict", refused and epoch == record.newest and late]
+    return shown
+
+
+def _recorded(record: Record, h: int, step: Step, held: Lease | None,
+              events: list[dict[str, Any]]) -> Record:
+    """The record after `step`: from the record and the answers, never from the database."""
+    first, writes = events[0], step.action is Action.WRITE and held is not None
     outcome, epoch, expires = first["outcome"], first["epoch"], first["expires_at"]
+    lease, leases = record.lease, record.leases
     if outcome in ("granted", "renewed"):
-        row, leases = (step.actor, epoch, expires), _put(leases, h, (epoch, expires))
+        lease, leases = (step.actor, epoch, expires), _put(leases, h, (epoch, expires))
     elif outcome in ("released", "lost"):
         leases = _put(leases, h, None)
-        row = (None, *row[1:]) if outcome == "released" and row is not None else row
+        lease = (None, *lease[1:]) if outcome == "released" and lease is not None else lease
+    stored = tuple((event["epoch"], event["value"]) if writes and event["outcome"] == "applied"
+                   else pair for event, pair in zip(events, record.stored))
     fenced_applied = writes and outcome == "applied"
-    predicted = _model(record, step, held)
-    actual = [tuple(event[field] for field in _FIELDS) for event in events], _fields(kept)
-    raised += [
-        fenced_applied and epoch <= high,  # the fence, against what it applied before
-        outcome == "granted" and epoch <= newest,  # against every grant answered before
-        sum(lease is not None and step.tick < lease[1] for lease in leases) > 1,
-        wrong_pair,
-        predicted != actual,
-    ]
-    flags = sum(1 << bit for bit, hit in enumerate(raised) if hit)
-    return flags, (max(newest, epoch) if outcome == "granted" else newest, row, leases,
-                   tuple(applied_pairs), max(high, epoch) if fenced_applied else high)
+    return Record(max(record.newest, epoch) if outcome == "granted" else record.newest, lease,
+                  leases, stored,
+                  max(record.highest_fenced, epoch) if fenced_applied else record.highest_fenced)
 
 
-def _model(record: _Record, step: Step, held: Lease | None) -> tuple[list[Any], Any]:
+def _judged(record: Record, h: int, step: Step, held: Lease | None,
+            events: list[dict[str, Any]], kept: Lease | None) -> tuple[int, Record]:
+    """The flags a step raises (its classes at each receiver, then the checks it fails), and
+    the record after it."""
+    after = _recorded(record, h, step, held, events)
+    move = Move(record, after, h, step, held, events, kept)
+    raised = [*_classes(move), *(check(move) for check in CHECKS.values())]
+    return sum(1 << bit for bit, hit in enumerate(raised) if hit), after
+
+
+def _model(record: Record, step: Step, held: Lease | None) -> tuple[list[Any], Any]:
     """What the rules say `step` answers at each receiver, and the lease its holder keeps:
     from the record alone."""
-    row, stored, action, tick = record[1], record[3], step.action, step.tick
+    row: Any = record.lease  # (holder, epoch, expiry), or None
+    stored, action, tick = record.stored, step.action, step.tick
     live = row is not None and row[0] is not None and tick < row[2]
     mine = row is not None and held is not None and (row[0], row[1]) == (step.actor, held.epoch)
     keep, none = _fields(held), (None, None, None)
@@ -277,8 +348,8 @@ def _model(record: _Record, step: Step, held: Lease | None) -> tuple[list[Any], 
             outcome = "applied"
         else:
             outcome = "stale" if epoch < pair[0] else "replay" if value == pair[1] else "conflict"
-        pair = (epoch, value) if outcome == "applied" else pair or (None, None)
-        answers.append((outcome, epoch, None, value, *pair))
+        after = (epoch, value) if outcome == "applied" else pair or (None, None)
+        answers.append((outcome, epoch, None, value, *after))
     return answers, keep
 
 
@@ -484,7 +555,7 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
     steps = bound.holders * len(bound.program)
     try:
         start = (bench.here, 0, (0,) * bound.holders, (None,) * bound.holders,
-                 _record(bound.holders))
+                 Record.empty(bound.holders))
         layer: dict[Any, list[Any]] = {start: [((), ()), {0: 1}]}
         smallest: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         states, transitions = 1, 0
@@ -492,7 +563,7 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
             following: dict[Any, list[Any]] = {}
             # A step's outcome depends only on the content, the step, its holder's lease and
             # the record, so each such move of a layer is played and judged once.
-            known: dict[Any, tuple[Any, int, _Record, int]] = {}
+            known: dict[Any, tuple[Any, int, Record, int]] = {}
             for done, ((content, tick, positions, beliefs, record), ((ticks, holders), counts)) in (
                     enumerate(layer.items())):
                 for h, later in _next(bound, tick, positions):
@@ -539,7 +610,7 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
 def _walk(bound: Bound, objects: Sequence[Any], ticks: tuple[int, ...],
           holders: tuple[int, ...]) -> Iterator[tuple[int, list[Any]]]:
     """Play one schedule on `objects` from its start: the flags and the events of each step."""
-    positions, beliefs, record = [0] * bound.holders, [None] * bound.holders, _record(
+    positions, beliefs, record = [0] * bound.holders, [None] * bound.holders, Record.empty(
         bound.holders)
     for tick, h in zip(ticks, holders):
         _stop_if_asked()
