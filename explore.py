@@ -547,6 +547,16 @@ class _Progress:
 _Found = tuple[Counter[int], int, int, int, dict[int, list[list[Any]]]]
 
 
+class State(NamedTuple):
+    """What the search merges schedules by: two that reach equal states go on as one."""
+
+    content: int  # what the database file holds: the bench's number for its schema and rows
+    tick: int  # the tick of the last step
+    positions: tuple[int, ...]  # how many steps of the program each holder has taken
+    beliefs: tuple[Any, ...]  # the lease each holder holds, as its fields, or None
+    record: Record  # what the authority and the receivers have answered so far
+
+
 def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
     """Count schedules by state, one layer per step taken; each state keeps the smallest
     schedule that reaches it (its ticks, then its holders), and how many schedules reach it
@@ -554,13 +564,13 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
     bench = _Bench(os.path.join(folder, "explore.sqlite3"))
     steps = bound.holders * len(bound.program)
     try:
-        start = (bench.here, 0, (0,) * bound.holders, (None,) * bound.holders,
-                 Record.empty(bound.holders))
-        layer: dict[Any, list[Any]] = {start: [((), ()), {0: 1}]}
+        start = State(bench.here, 0, (0,) * bound.holders, (None,) * bound.holders,
+                      Record.empty(bound.holders))
+        layer: dict[State, list[Any]] = {start: [((), ()), {0: 1}]}
         smallest: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         states, transitions = 1, 0
         for depth in range(1, steps + 1):
-            following: dict[Any, list[Any]] = {}
+            following: dict[State, list[Any]] = {}
             # A step's outcome depends only on the content, the step, its holder's lease and
             # the record, so each such move of a layer is played and judged once.
             known: dict[Any, tuple[Any, int, Record, int]] = {}
@@ -579,8 +589,8 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
                     reach, transitions = ((*ticks, later), (*holders, h)), transitions + 1
                     for bit in _bits(raised):
                         smallest[bit] = min(smallest.get(bit, reach), reach)
-                    goes = (at, later, _put(positions, h, positions[h] + 1),
-                            _put(beliefs, h, kept), after)
+                    goes = State(at, later, _put(positions, h, positions[h] + 1),
+                                 _put(beliefs, h, kept), after)
                     target = following.get(goes)
                     if target is None:
                         target = following[goes] = [reach, {}]
@@ -599,7 +609,7 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
             ends.update(counts)
         witnesses = {}
         for bit, (ticks, holders) in smallest.items():  # each played again, from the start
-            bench.at = start[0]
+            bench.at = start.content
             steps_events = [events for _, events in _walk(bound, bench.stand_ins, ticks, holders)]
             witnesses[bit] = [list(run) for run in zip(*steps_events)]
         return ends, states, transitions, bench.played, witnesses
