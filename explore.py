@@ -9,14 +9,14 @@ receiver.
 
 The contract:
 
-* A state is everything the database holds (its schema and every row of every table, read
+* A state (`State`) is everything the database holds (its schema and every row of every table, read
   back with the explorer's own SQL after each call), the tick, each holder's place and lease,
   and the explorer's record.  Every step starts from exactly that content, and two schedules
   merge only where all of it is identical.  A call already played from the same content is
   answered as it was: exact because the library keeps nothing outside the database between
   calls, which is checked after every call played.
-* Every check compares with the record (what the authority and each receiver answered), never
-  with the rows the code under test wrote.
+* Every check (`CHECKS`: a named function each) compares a step with the record (`Record`:
+  what the authority and each receiver answered), never with the rows the code under test wrote.
 * `explore(bound, brute_force=True)` plays every schedule whole, from an empty database,
   restoring nothing; the suite compares the two.
 * A class counts the schedules in which it happens at least once: one schedule can fall in
