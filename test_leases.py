@@ -158,7 +158,7 @@ def _open_while_created(path: str, reading: "Event") -> str:
     """Open a Receiver on `path`, saying when it comes to read the file."""
     real = leases._check_tables
 
-    def check_tables(connection: sqlite3.Connection, path: str) -> None:
+    def check_tables(connection: "leases._Bounded", path: str) -> None:
         reading.set()
         real(connection, path)
 
@@ -312,6 +312,15 @@ def _collect(
         process.join(TIMEOUT)
         test.assertEqual(process.exitcode, 0)
     return [detail for _, _, detail in outcomes]
+
+
+def _in_threads(
+    test: unittest.TestCase, function: Callable[..., T], arguments: list[tuple[Any, ...]]
+) -> list[T]:
+    """function(*args) in a thread per args, all at once; their results, in order."""
+    with concurrent.futures.ThreadPoolExecutor(len(arguments)) as pool:
+        futures = [pool.submit(function, *args) for args in arguments]
+        return [future.result(timeout=TIMEOUT) for future in futures]
 
 
 def _by_the_rule(stored: tuple[int, str] | None, epoch: int, value: str) -> str:
@@ -720,6 +729,20 @@ class AuthorityTests(unittest.TestCase):
         # Contention above is left to chance; here the unlucky interleaving is forced.
         first, second = _try_to_overtake(self, _acquire_pausing, (path, "X", 100), (path, "Y", 100))
         self.assertEqual((first, second), (("granted", 6 * rounds + 1), ("held", 6 * rounds + 1)))
+        with self.subTest("4 threads sharing one authority never share an epoch or skip one"):
+            shared = self.authority
+
+            def take_turns(holder: str) -> list[int]:  # 300 acquisitions, some met by a holder
+                epochs = []
+                for _ in range(300):
+                    with contextlib.suppress(LeaseHeld):
+                        epochs.append(shared.acquire(RESOURCE, holder, now=0, ttl=1).epoch)
+                        shared.release(Lease(RESOURCE, holder, epochs[-1], 1))
+                return epochs
+
+            per_thread = _in_threads(self, take_turns, [(f"thread-{i}",) for i in range(4)])
+            granted = sorted(epoch for epochs in per_thread for epoch in epochs)
+            self.assertEqual(granted, list(range(1, len(granted) + 1)))
 
 
 class ReceiverTests(unittest.TestCase):
@@ -795,6 +818,17 @@ class ReceiverTests(unittest.TestCase):
         first, second = _try_to_overtake(self, _write_pausing, (path, 11, "X"), (path, 11, "Y"))
         self.assertEqual((first.outcome, second.outcome), (Outcome.APPLIED, Outcome.CONFLICT))
         self.assertEqual(receiver.read(RESOURCE), (11, "X"))
+        with self.subTest("4 threads sharing one receiver behave as if one at a time"):
+            def write_epochs(value: str) -> None:  # 100 writes, epochs 1 to 100
+                for epoch in range(1, 101):
+                    receiver.write("shared", epoch, value)
+
+            _in_threads(self, write_epochs, [(f"thread-{i}",) for i in range(4)])
+            stored = None
+            for d in receiver.decisions("shared"):
+                self.assertEqual(d.outcome, _by_the_rule(stored, d.epoch, d.value))
+                stored = (d.stored_epoch, d.stored_value)
+            self.assertEqual(len(receiver.decisions("shared")), 4 * 100)
 
 
 class DurabilityAndInputTests(unittest.TestCase):
