@@ -23,6 +23,8 @@ import enum
 import os
 import sqlite3
 import stat
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple, TypeVar
 
@@ -31,8 +33,12 @@ __all__ = [
     "WriteResult",
 ]
 
-# Only bounds how long a transaction waits for SQLite's write lock; no rule depends on it.
+# Only bounds how long a call waits for a lock, its object's or SQLite's; no rule depends on it.
 BUSY_TIMEOUT_SECONDS = 30.0
+
+# SQLite waits for a lock in C, where Ctrl-C cannot land; it is asked to wait this long at a
+# time, and asked again until the bound above.
+_TRY_SECONDS = 0.05
 
 _SQLITE_INT_MAX = 2**63 - 1
 
@@ -136,51 +142,128 @@ _D = TypeVar("_D", bound="_Database")
 
 
 class _Database:
-    """A connection of this process's own, closed by `close()` or at the end of a `with`."""
+    """A connection of this process's own, closed by `close()` or at the end of a `with`.
+
+    Its calls, from any threads, run one at a time: each holds the object's lock for its whole
+    transaction, since one SQLite connection has one transaction.
+    """
 
     _KIND = "database"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = _check_path(path)
-        self._connection: sqlite3.Connection | None = _connect(self.path)
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None
+        self._connection, self._identity = _connect(self.path)
+        self._moved = False
 
     def close(self) -> None:
-        """Close the connection; closing again does nothing."""
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        """Close the connection, once no other thread's call is using it; again does nothing."""
+        with self._locked(time.monotonic() + BUSY_TIMEOUT_SECONDS):
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
 
     @contextlib.contextmanager
-    def _use(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+    def _locked(self, deadline: float) -> Iterator[None]:
+        if not self._lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
+            raise LeaseError(f"{self._KIND} on {self.path!r} failed: another thread's call "
+                             f"kept it busy for {BUSY_TIMEOUT_SECONDS} s")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    @contextlib.contextmanager
+    def _use(self, *, write: bool) -> Iterator["_Bounded"]:
         """The connection; if `write`, in one write transaction, rolled back if the block raises.
 
         IMMEDIATE takes the write lock before the first read, so no other writer can come
         between the block's read and its write.  SQLite's errors come out as LeaseError;
         LeaseHeld and LeaseLost raised in the block pass through as they are.
         """
-        connection = self._connection
-        if connection is None:
-            raise LeaseError(f"{self._KIND} on {self.path!r} is closed")
+        deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+        with self._locked(deadline):
+            if self._connection is None:
+                raise LeaseError(f"{self._KIND} on {self.path!r} is closed")
+            connection = _Bounded(self._connection, deadline)
+            try:
+                if not write:
+                    yield connection
+                    self._check_name()  # what was read may be another name's
+                    return
+                try:  # BEGIN too: Ctrl-C in its wait for the lock may land just as it returns
+                    connection.execute("BEGIN IMMEDIATE")
+                    self._check_name()  # before anything is written to a file renamed
+                    yield connection
+                    connection.execute("COMMIT")  # a COMMIT that fails (disk full) rolls back
+                except BaseException:
+                    if connection.in_transaction:  # SQLite may have rolled back already
+                        connection.execute("ROLLBACK")
+                    raise
+                # A -wal log belongs to a name: an opener of the file by a new name would not
+                # see this change in the old name's log.  In the file itself, it sees it.
+                connection.checkpoint()
+                self._check_name()  # renamed during the call: its result is not given
+            except (sqlite3.Error, OverflowError) as exc:  # OverflowError: a str over 2 GiB
+                raise LeaseError(f"{self._KIND} on {self.path!r} failed: {_reason(exc)}") from exc
+
+    def _check_name(self) -> None:
+        """LeaseError, now and at every later call, unless `path` still names the file opened,
+        and by that one name: a file renamed or replaced under an open connection, or given a
+        second name, has two logs and two caches, which no transaction of SQLite spans."""
         try:
-            if not write:
-                yield connection
-                return
-            try:  # BEGIN too: Ctrl-C in its wait for the lock may land just as it returns
-                connection.execute("BEGIN IMMEDIATE")
-                yield connection
-                connection.execute("COMMIT")  # a COMMIT that fails (disk full) rolls back
-            except BaseException:
-                if connection.in_transaction:  # SQLite may have rolled back already
-                    connection.execute("ROLLBACK")
-                raise
-        except (sqlite3.Error, OverflowError) as exc:  # OverflowError: a str over 2 GiB
-            raise LeaseError(f"{self._KIND} on {self.path!r} failed: {_reason(exc)}") from exc
+            found = os.stat(self.path)
+            self._moved |= (found.st_dev, found.st_ino) != self._identity or found.st_nlink > 1
+        except OSError:
+            self._moved = True
+        if self._moved:
+            raise LeaseError(f"{self._KIND} on {self.path!r} failed: the file was renamed, "
+                             "replaced or given another name while open; open it anew")
 
     def __enter__(self: _D) -> _D:  # noqa: PYI019 - typing.Self is 3.11+, we support 3.10
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class _Bounded:
+    """A connection whose waits for SQLite's locks end at `deadline`, in tries of _TRY_SECONDS."""
+
+    def __init__(self, connection: sqlite3.Connection, deadline: float) -> None:
+        self._connection = connection
+        self._deadline = deadline
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._connection.in_transaction
+
+    def execute(self, sql: str, parameters: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        # Inside a transaction only COMMIT may be tried again: after any other statement
+        # SQLite found busy, the transaction must be rolled back.
+        again = sql == "COMMIT" or not self._connection.in_transaction
+        while True:
+            try:
+                return self._connection.execute(sql, parameters)
+            except sqlite3.OperationalError as exc:
+                if not (again and _busy(exc) and time.monotonic() < self._deadline):
+                    raise
+
+    def checkpoint(self) -> None:
+        """Copy the whole -wal log into the database file (a file in another mode has none)."""
+        while True:
+            busy, logged, copied = self.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
+            if not busy and logged == copied:
+                return
+            if time.monotonic() >= self._deadline:
+                raise sqlite3.OperationalError(
+                    "database is locked; the change is committed, but only in the -wal log")
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+; before, only the message
+    return str(exc) == "database is locked" if code is None else code & 0xFF == 5  # SQLITE_BUSY
 
 
 # --- the authority ---
@@ -251,7 +334,7 @@ class LeaseAuthority(_Database):
         return None if row is None else row.live_lease(now)
 
     @staticmethod
-    def _load(connection: sqlite3.Connection, resource: str) -> _Row | None:
+    def _load(connection: "_Bounded", resource: str) -> _Row | None:
         row = connection.execute(
             "SELECT resource, holder, epoch, expires_at FROM leases WHERE resource = ?",
             (resource,),
@@ -259,7 +342,7 @@ class LeaseAuthority(_Database):
         return None if row is None else _Row(*row)
 
     def _current_or_lost(
-        self, connection: sqlite3.Connection, lease: Lease, now: int | None
+        self, connection: "_Bounded", lease: Lease, now: int | None
     ) -> _Row:
         """The stored row, if `lease` is still its lease (live or not); otherwise LeaseLost.
 
@@ -335,7 +418,7 @@ class Receiver(_Database):
         return [WriteResult(Outcome(outcome), *rest) for outcome, *rest in rows]
 
     def _latest(
-        self, connection: sqlite3.Connection, resource: str
+        self, connection: "_Bounded", resource: str
     ) -> tuple[int, tuple[int, str] | None]:
         """The number of decisions so far, and the (epoch, value) the latest one left stored."""
         row = connection.execute(
@@ -427,13 +510,15 @@ def _check_path(path: object) -> str:
         raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _connect(path: str) -> tuple[sqlite3.Connection, tuple[int, int]]:
     """Open the database at `path` (absolute), making it if nothing is there; else LeaseError.
+    Returns the connection and the file's identity, (device, inode), as it was just before.
 
     A file already there must be a database as this library makes them.  It is checked through
     a read-only connection before SQLite may change it: one that could write would fold a
     refused database's log (in WAL mode) into the file as it closed.
     """
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
     try:
         if not os.path.lexists(path):
             _create(path)
@@ -441,27 +526,29 @@ def _connect(path: str) -> sqlite3.Connection:
         # this process holds on it, the locks of its open SQLite connections included.
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block; a link is followed
             raise LeaseError(f"cannot open database path {path!r}: it is not a regular file")
-        checked = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+        checked = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=_TRY_SECONDS)
         with contextlib.closing(checked):
-            _check_tables(checked, path)
+            _check_tables(_Bounded(checked, deadline), path)
         # Counted only once the file could be read: a new one is read only once its draft name
         # is gone (see _create).  Each name gets its own -wal and -shm: two logs, two authorities.
-        if os.stat(path).st_nlink > 1:
+        found = os.stat(path)  # before connecting: a file put there since is refused at its use
+        if found.st_nlink > 1:
             raise LeaseError(f"cannot open database path {path!r}: the file has another name "
                              "(a hard link); open it by one name only")
         # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
-        return sqlite3.connect(
+        connection = sqlite3.connect(
             _uri(path, "rw"),
             uri=True,
-            timeout=BUSY_TIMEOUT_SECONDS,
+            timeout=_TRY_SECONDS,
             isolation_level=None,  # the sqlite3 module starts no transaction of its own; we do
-            check_same_thread=False,  # any thread may use it, one call at a time
+            check_same_thread=False,  # any thread may use it: the object's lock orders calls
         )
+        return connection, (found.st_dev, found.st_ino)
     except (OSError, sqlite3.Error) as exc:
         raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
 
 
-def _check_tables(connection: sqlite3.Connection, path: str) -> None:
+def _check_tables(connection: _Bounded, path: str) -> None:
     """LeaseError unless the model's tables are there exactly as this library makes them, and
     nothing else goes by their names: no view, and no index or trigger that would change what
     their statements do.  (SQLite's names ignore case.)  Other tables are no concern of ours."""

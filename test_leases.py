@@ -23,6 +23,8 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import traceback
 import unittest
 from collections import Counter
@@ -158,7 +160,7 @@ def _open_while_created(path: str, reading: "Event") -> str:
     """Open a Receiver on `path`, saying when it comes to read the file."""
     real = leases._check_tables
 
-    def check_tables(connection: sqlite3.Connection, path: str) -> None:
+    def check_tables(connection: "leases._Bounded", path: str) -> None:
         reading.set()
         real(connection, path)
 
@@ -312,6 +314,15 @@ def _collect(
         process.join(TIMEOUT)
         test.assertEqual(process.exitcode, 0)
     return [detail for _, _, detail in outcomes]
+
+
+def _in_threads(
+    test: unittest.TestCase, function: Callable[..., T], arguments: list[tuple[Any, ...]]
+) -> list[T]:
+    """function(*args) in a thread per args, all at once; their results, in order."""
+    with concurrent.futures.ThreadPoolExecutor(len(arguments)) as pool:
+        futures = [pool.submit(function, *args) for args in arguments]
+        return [future.result(timeout=TIMEOUT) for future in futures]
 
 
 def _by_the_rule(stored: tuple[int, str] | None, epoch: int, value: str) -> str:
@@ -720,6 +731,20 @@ class AuthorityTests(unittest.TestCase):
         # Contention above is left to chance; here the unlucky interleaving is forced.
         first, second = _try_to_overtake(self, _acquire_pausing, (path, "X", 100), (path, "Y", 100))
         self.assertEqual((first, second), (("granted", 6 * rounds + 1), ("held", 6 * rounds + 1)))
+        with self.subTest("4 threads sharing one authority never share an epoch or skip one"):
+            shared = self.authority
+
+            def take_turns(holder: str) -> list[int]:  # 300 acquisitions, some met by a holder
+                epochs = []
+                for _ in range(300):
+                    with contextlib.suppress(LeaseHeld):
+                        epochs.append(shared.acquire(RESOURCE, holder, now=0, ttl=1).epoch)
+                        shared.release(Lease(RESOURCE, holder, epochs[-1], 1))
+                return epochs
+
+            per_thread = _in_threads(self, take_turns, [(f"thread-{i}",) for i in range(4)])
+            granted = sorted(epoch for epochs in per_thread for epoch in epochs)
+            self.assertEqual(granted, list(range(1, len(granted) + 1)))
 
 
 class ReceiverTests(unittest.TestCase):
@@ -795,6 +820,17 @@ class ReceiverTests(unittest.TestCase):
         first, second = _try_to_overtake(self, _write_pausing, (path, 11, "X"), (path, 11, "Y"))
         self.assertEqual((first.outcome, second.outcome), (Outcome.APPLIED, Outcome.CONFLICT))
         self.assertEqual(receiver.read(RESOURCE), (11, "X"))
+        with self.subTest("4 threads sharing one receiver behave as if one at a time"):
+            def write_epochs(value: str) -> None:  # 100 writes, epochs 1 to 100
+                for epoch in range(1, 101):
+                    receiver.write("shared", epoch, value)
+
+            _in_threads(self, write_epochs, [(f"thread-{i}",) for i in range(4)])
+            stored = None
+            for d in receiver.decisions("shared"):
+                self.assertEqual(d.outcome, _by_the_rule(stored, d.epoch, d.value))
+                stored = (d.stored_epoch, d.stored_value)
+            self.assertEqual(len(receiver.decisions("shared")), 4 * 100)
 
 
 class DurabilityAndInputTests(unittest.TestCase):
@@ -864,6 +900,113 @@ class DurabilityAndInputTests(unittest.TestCase):
             with contextlib.closing(sqlite3.connect(journal, timeout=0)) as other:
                 other.execute("BEGIN IMMEDIATE")  # "database is locked" if it were still held
             self.assertEqual(writer.write(RESOURCE, 5, "five").outcome, Outcome.APPLIED)
+        holding = sqlite3.connect(path, isolation_level=None, timeout=0)  # another process's
+        self.addCleanup(holding.close)
+        waiting = _authority(self, path)
+        with self.subTest("Ctrl-C while a call waits for another's lock lands at once"):
+            leases.BUSY_TIMEOUT_SECONDS = 5.0  # ended by the interrupt, long before
+            holding.execute("BEGIN IMMEDIATE")
+            began, sent = threading.Event(), []
+            assert waiting._connection is not None
+
+            def note_begin(sql: str) -> None:
+                if sql == "BEGIN IMMEDIATE":
+                    began.set()
+
+            waiting._connection.set_trace_callback(note_begin)
+
+            def interrupt(main: int) -> None:  # as Ctrl-C does, once the call waits
+                if began.wait(TIMEOUT):
+                    sent.append(time.monotonic())
+                    signal.pthread_kill(main, signal.SIGINT)
+
+            self.addCleanup(signal.signal, signal.SIGINT,
+                            signal.signal(signal.SIGINT, signal.default_int_handler))
+            interrupter = threading.Thread(target=interrupt, args=(threading.get_ident(),))
+            interrupter.start()
+            with self.assertRaises(KeyboardInterrupt):
+                waiting.acquire("waited", "A", now=0, ttl=1)
+            landed = time.monotonic()
+            interrupter.join(TIMEOUT)
+            self.assertLess(landed - sent[0], 1.0, "Ctrl-C waited for the lock")
+            waiting._connection.set_trace_callback(None)
+            holding.execute("ROLLBACK")
+            self.assertEqual(waiting.acquire("waited", "A", now=0, ttl=1).epoch, 1)
+            holding.execute("BEGIN IMMEDIATE")  # "database is locked" if it were still held
+            holding.execute("ROLLBACK")
+        with self.subTest("a call waits for another's lock until the bound, then says so"):
+            leases.BUSY_TIMEOUT_SECONDS = 0.3
+            holding.execute("BEGIN IMMEDIATE")
+            started = time.monotonic()
+            with self.assertRaisesRegex(LeaseError, "database is locked"):
+                waiting.acquire("waited", "A", now=1, ttl=1)
+            self.assertGreaterEqual(time.monotonic() - started, 0.3)
+            holding.execute("ROLLBACK")
+            with concurrent.futures.ThreadPoolExecutor(1) as pool, waiting._lock:
+                call = pool.submit(waiting.acquire, "waited", "A", now=1, ttl=1)
+                with self.assertRaisesRegex(LeaseError, "another thread's call kept it busy"):
+                    call.result(TIMEOUT)
+        leases.BUSY_TIMEOUT_SECONDS = TIMEOUT
+        for database, statement in ((journal, "COMMIT"), (path, "PRAGMA wal_checkpoint(FULL)")):
+            with self.subTest("a statement that waits for a reader to finish tries again",
+                              statement=statement):
+                store = _receiver(self, database)
+                reader = sqlite3.connect(database, isolation_level=None)
+                self.addCleanup(reader.close)
+                reader.execute("BEGIN")
+                reader.execute("SELECT * FROM receiver_decisions").fetchall()
+                tries: list[str] = []
+
+                def finish_reading(  # once the statement was found busy
+                    sql: str, tries: list[str] = tries, statement: str = statement,
+                    reader: sqlite3.Connection = reader,
+                ) -> None:
+                    tries.append(sql)
+                    if tries.count(statement) == 2:
+                        reader.execute("ROLLBACK")
+
+                assert store._connection is not None
+                store._connection.set_trace_callback(finish_reading)
+                self.assertEqual(store.write("waited", 1, "one").outcome, Outcome.APPLIED)
+                self.assertEqual(tries.count(statement), 2)
+
+        for how in ("renamed", "linked by a new name, the old one removed", "renamed mid-call"):
+            with self.subTest("a file moved while open refuses every later call, and the new "
+                              "name's opener carries on the epochs", moved=how):
+                folder = tempfile.mkdtemp(dir=os.path.dirname(path))
+                old, new = os.path.join(folder, "old.sqlite3"), os.path.join(folder, "new.sqlite3")
+                moved = _authority(self, old)
+                given = []
+                for _ in range(2):  # their grants are still in the log of the old name
+                    given.append(moved.acquire(RESOURCE, "A", now=0, ttl=1))
+                    moved.release(given[-1])
+                if how == "renamed mid-call":
+                    assert moved._connection is not None
+
+                    def rename_at_commit(sql: str, old: str = old, new: str = new) -> None:
+                        if sql == "COMMIT":
+                            os.rename(old, new)
+
+                    moved._connection.set_trace_callback(rename_at_commit)
+                elif how == "renamed":
+                    os.rename(old, new)
+                else:
+                    os.link(old, new)
+                    with self.assertRaisesRegex(LeaseError, re.escape(repr(old))):
+                        moved.current(RESOURCE, now=0)
+                    os.unlink(old)
+                refused = f"{re.escape(repr(old))}.* renamed"
+                with self.assertRaisesRegex(LeaseError, refused):
+                    moved.acquire(RESOURCE, "A", now=0, ttl=1)
+                with self.assertRaisesRegex(LeaseError, refused):
+                    moved.current(RESOURCE, now=0)
+                [taken] = _run_together(self, _take_over_and_write, [(new, 1000)])
+                self.assertNotIn(taken.epoch, [lease.epoch for lease in given])
+                # Mid-call, epoch 3 was granted, but given to no one.
+                self.assertEqual(taken.epoch, 4 if how == "renamed mid-call" else 3)
+                os.rename(new, old)  # back under the old name, with a log and a cache out of date
+                with self.assertRaisesRegex(LeaseError, "renamed"):
+                    moved.current(RESOURCE, now=0)
 
     def test_invalid_input_raises_naming_the_parameter_and_changes_nothing(self) -> None:
         path = _database(self)
