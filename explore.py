@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from leases import BUSY_TIMEOUT_SECONDS, Lease, LeaseAuthority, Receiver
+from leases import BUSY_TIMEOUT_SECONDS, Lease, LeaseAuthority, Receiver, is_live
 from run_experiment import (
     EXIT_DIFFERENT,
     EXIT_OK,
@@ -138,7 +138,8 @@ class AskingReceiver:
             seq, *stored = connection.execute(
                 "SELECT seq, stored_epoch, stored_value FROM asking_decisions WHERE resource = ?"
                 " ORDER BY seq DESC LIMIT 1", (resource,)).fetchone() or (0, None, None)
-            if row is not None and row[0] is not None and now < row[2] and epoch == row[1]:
+            if row is not None and row[0] is not None and is_live(row[2], now=now) and (
+                    epoch == row[1]):
                 outcome, stored = "applied", [epoch, value]
             else:
                 outcome = "stale" if row is not None and epoch < row[1] else "not live"
@@ -235,7 +236,7 @@ def epochs_increase(move: Move) -> bool:
 
 def one_live_lease(move: Move) -> bool:
     """Two holders were answered leases live at this tick."""
-    return sum(lease is not None and move.step.tick < lease[1]
+    return sum(lease is not None and is_live(lease[1], now=move.step.tick)
                for lease in move.after.leases) > 1
 
 
@@ -273,7 +274,7 @@ def _writes(move: Move) -> bool:
 def _classes(move: Move) -> list[bool]:
     """The classes of CLASSES that `move` shows, at each of RECEIVERS in turn."""
     writes, record, mine = _writes(move), move.before, move.before.leases[move.h]
-    late = mine is not None and move.step.tick >= mine[1]
+    late = mine is not None and not is_live(mine[1], now=move.step.tick)
     shown = []
     for event, pair in zip(move.events, record.stored):
         outcome, epoch = event["outcome"], event["epoch"]
@@ -321,7 +322,7 @@ def _model(record: Record, step: Step, held: Lease | None) -> tuple[list[Any], A
     from the record alone."""
     row: Any = record.lease  # (holder, epoch, expiry), or None
     stored, action, tick = record.stored, step.action, step.tick
-    live = row is not None and row[0] is not None and tick < row[2]
+    live = row is not None and row[0] is not None and is_live(row[2], now=tick)
     mine = row is not None and held is not None and (row[0], row[1]) == (step.actor, held.epoch)
     keep, none = _fields(held), (None, None, None)
     if action is Action.ACQUIRE and live:

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple, TypeVar
 
 __all__ = [
     "Lease", "LeaseAuthority", "LeaseError", "LeaseHeld", "LeaseLost", "Outcome", "Receiver",
-    "WriteResult",
+    "WriteResult", "is_live",
 ]
 
 # Only bounds how long a call waits for a lock, its object's or SQLite's; no rule depends on it.
@@ -111,6 +111,11 @@ class LeaseLost(LeaseError):
 # --- the rules: when a lease is live, and what a fenced receiver applies ---
 
 
+def is_live(expires_at: int, *, now: int) -> bool:
+    """The one expiry rule: a lease is live before its expiry tick `expires_at`, expired at it."""
+    return now < expires_at
+
+
 class _Row(NamedTuple):
     """A resource's row at the authority: its latest lease, or just its epoch once released."""
 
@@ -125,8 +130,7 @@ class _Row(NamedTuple):
         return Lease(self.resource, self.holder, self.epoch, self.expires_at)
 
     def live_lease(self, now: int) -> Lease | None:
-        # The one expiry rule: a lease is live before its expiry tick, and expired at it.
-        return self.lease() if now < self.expires_at else None
+        return self.lease() if is_live(self.expires_at, now=now) else None
 
 
 def _decide(stored: tuple[int, str] | None, epoch: int, value: str) -> Outcome:
