@@ -221,50 +221,62 @@ class Move(NamedTuple):
     kept: Lease | None  # the lease the holder keeps
 
 
-def fence(move: Move) -> bool:
+# Where a check can fail: at the authority (its answers, the same at every receiver), or at
+# one of RECEIVERS.
+PLACES = ("authority", *RECEIVERS)
+_AUTHORITY = ("authority",)
+
+
+def fence(move: Move) -> tuple[str, ...]:
     """The fenced receiver applied an epoch no higher than one it applied before."""
     first = move.events[0]
-    return bool(_writes(move) and first["outcome"] == "applied"
-                and first["epoch"] <= move.before.highest_fenced)
+    failed = (_writes(move) and first["outcome"] == "applied"
+              and first["epoch"] <= move.before.highest_fenced)
+    return ("fenced",) if failed else ()
 
 
-def epochs_increase(move: Move) -> bool:
+def epochs_increase(move: Move) -> tuple[str, ...]:
     """A grant's epoch is no higher than one granted before."""
     first = move.events[0]
-    return bool(first["outcome"] == "granted" and first["epoch"] <= move.before.newest)
+    failed = first["outcome"] == "granted" and first["epoch"] <= move.before.newest
+    return _AUTHORITY if failed else ()
 
 
-def one_live_lease(move: Move) -> bool:
+def one_live_lease(move: Move) -> tuple[str, ...]:
     """Two holders were answered leases live at this tick."""
-    return sum(lease is not None and is_live(lease[1], now=move.step.tick)
-               for lease in move.after.leases) > 1
+    live = sum(lease is not None and is_live(lease[1], now=move.step.tick)
+               for lease in move.after.leases)
+    return _AUTHORITY if live > 1 else ()
 
 
-def stored_pair(move: Move) -> bool:
+def stored_pair(move: Move) -> tuple[str, ...]:
     """A receiver said it holds other than what it last applied, by the record."""
     if not _writes(move):
-        return False
-    for event, now in zip(move.events, move.after.stored):
-        said = (event["stored_epoch"], event["stored_value"])
-        if not event["outcome"].startswith("raised") and said != (now or (None, None)):
-            return True
-    return False
+        return ()
+    return tuple(receiver for receiver, event, now in zip(RECEIVERS, move.events,
+                                                          move.after.stored)
+                 if not event["outcome"].startswith("raised")
+                 and (event["stored_epoch"], event["stored_value"]) != (now or (None, None)))
 
 
-def model(move: Move) -> bool:
+def model(move: Move) -> tuple[str, ...]:
     """An answer, or the lease the holder keeps, is not what the rules say from the record."""
-    actual = [tuple(event[field] for field in _FIELDS) for event in move.events], _fields(
-        move.kept)
-    return _model(move.before, move.step, move.held) != actual
+    answers, kept = _model(move.before, move.step, move.held)
+    wrong = tuple(receiver for receiver, answer, event in zip(RECEIVERS, answers, move.events)
+                  if answer != tuple(event[field] for field in _FIELDS))
+    if kept != _fields(move.kept) or (wrong and not _writes(move)):
+        return (*_AUTHORITY, *(wrong if _writes(move) else ()))
+    return wrong
 
 
-# Each check of every step: it fails where its function says True.
-CHECKS: dict[str, Callable[[Move], bool]] = {
+# Each check of every step, and where it failed: nowhere, or some of PLACES.
+CHECKS: dict[str, Callable[[Move], tuple[str, ...]]] = {
     "fence": fence, "epochs increase": epochs_increase, "one live lease": one_live_lease,
     "stored pair": stored_pair, "model": model,
 }
-# Each flag a step can raise: a class at a receiver, or a failed check.
-_FLAGS = (*(f"{receiver} {name}" for receiver in RECEIVERS for name in CLASSES), *CHECKS)
+# Each flag a step can raise: a class at a receiver, or a check failed at a place.
+_FLAGS = (*(f"{receiver} {name}" for receiver in RECEIVERS for name in CLASSES),
+          *((check, place) for check in CHECKS for place in PLACES))
 
 
 def _writes(move: Move) -> bool:
@@ -313,7 +325,8 @@ def _judged(record: Record, h: int, step: Step, held: Lease | None,
     the record after it."""
     after = _recorded(record, h, step, held, events)
     move = Move(record, after, h, step, held, events, kept)
-    raised = [*_classes(move), *(check(move) for check in CHECKS.values())]
+    failed = [check(move) for check in CHECKS.values()]
+    raised = [*_classes(move), *(place in where for where in failed for place in PLACES)]
     return sum(1 << bit for bit, hit in enumerate(raised) if hit), after
 
 
@@ -545,7 +558,11 @@ class _Progress:
                      f"{transitions:,} transitions")
 
 
-_Found = tuple[Counter[int], int, int, int, dict[int, list[list[Any]]]]
+# What a search found: how many schedules end with each set of flags; states, transitions and
+# calls played; and for each flag raised, its smallest schedule and the events of it at each
+# receiver.
+_Witness = tuple[tuple[tuple[int, ...], tuple[int, ...]], list[list[Any]]]
+_Found = tuple[Counter[int], int, int, int, dict[int, _Witness]]
 
 
 class State(NamedTuple):
@@ -612,7 +629,7 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
         for bit, (ticks, holders) in smallest.items():  # each played again, from the start
             bench.at = start.content
             steps_events = [events for _, events in _walk(bound, bench.stand_ins, ticks, holders)]
-            witnesses[bit] = [list(run) for run in zip(*steps_events)]
+            witnesses[bit] = (ticks, holders), [list(run) for run in zip(*steps_events)]
         return ends, states, transitions, bench.played, witnesses
     finally:
         bench.close()
@@ -676,7 +693,7 @@ def _brute_force(bound: Bound, folder: str, progress: _Progress) -> _Found:
                          len(prefixes), sum(ends.values()) * steps)
     finally:
         keeper.close()
-    witnesses = {bit: runs for bit, (_, runs) in smallest.items()}
+    witnesses = dict(smallest)
     played = sum(ends.values()) * steps  # every step of every schedule, every call played
     return ends, len(prefixes), played, played, witnesses
 
@@ -708,15 +725,26 @@ def _count(bound: Bound) -> tuple[int, str]:
 
 
 def _table(bound: Bound, ends: Counter[int], states: int, played: int, calls: int,
-           witnesses: dict[int, list[list[Any]]]) -> dict[str, Any]:
+           witnesses: dict[int, _Witness]) -> dict[str, Any]:
     """What an exploration found, as JSON: schedules, by class at each receiver, and checks."""
     ticks, (_, formula) = bound.last_tick, _count(bound)
 
     def having(*bits: int) -> int:
         return sum(count for flags, count in ends.items() if any(flags >> b & 1 for b in bits))
 
-    width, schedules, named = len(CLASSES), sum(ends.values()), {_FLAGS[b]: witnesses[b]
-                                                                  for b in sorted(witnesses)}
+    width, schedules = len(CLASSES), sum(ends.values())
+    classes = {str(_FLAGS[bit]): runs for bit, (_, runs) in witnesses.items()
+               if bit < width * len(RECEIVERS)}
+    checks = {check: [bit for bit, flag in enumerate(_FLAGS) if flag[0] == check]
+              for check in CHECKS}
+    failures = {}
+    for check, bits in checks.items():  # its smallest failing schedule, and where it failed
+        found = {PLACES[index]: witnesses[bit] for index, bit in enumerate(bits)
+                 if bit in witnesses}
+        if found:
+            first = min(reach for reach, _ in found.values())
+            failures[check] = {place: runs[0 if place == "authority" else RECEIVERS.index(place)]
+                               for place, (reach, runs) in found.items() if reach == first}
     return {
         "bound": {"holders": bound.holders, "program": [a.value for a in bound.program],
                   "last_tick": ticks, "ttl": bound.ttl},
@@ -738,11 +766,10 @@ def _table(bound: Bound, ends: Counter[int], states: int, played: int, calls: in
                        "clean": schedules - having(*range(r * width, (r + 1) * width))}
             for r, receiver in enumerate(RECEIVERS)
         },
-        "violations": {name: having(len(RECEIVERS) * width + c) for c, name in enumerate(CHECKS)},
+        "violations": {check: having(*bits) for check, bits in checks.items()},
         "witnesses": {name: runs[RECEIVERS.index(name.split()[0])]
-                      for name, runs in named.items() if name not in CHECKS},
-        "failures": {name: dict(zip(RECEIVERS, runs))
-                     for name, runs in named.items() if name in CHECKS},
+                      for name, runs in sorted(classes.items())},
+        "failures": failures,
     }
 
 
@@ -833,10 +860,9 @@ def _explored(table: dict[str, Any], seconds: float) -> tuple[int, str]:
     shown = [(f"the smallest {name}", name.split()[0], table["witnesses"][name])
              for name in ("unfenced lost update", "fenced stale refused", "fenced gap")
              if name in table["witnesses"]]
-    if failed:  # the smallest schedule that fails the first check, at each receiver
-        failure = table["failures"][failed[0]]
-        shown = [(f"the first schedule failing {failed[0]!r}", receiver, failure[receiver])
-                 for receiver in RECEIVERS]
+    if failed:  # the smallest schedule that fails the first check, where it failed
+        shown = [(f"the first schedule failing {failed[0]!r}", place, events)
+                 for place, events in table["failures"][failed[0]].items()]
     for title, receiver, events in shown:
         verdict = judge([e for e in events if not e["outcome"].startswith("raised")])
         lines.append(timeline({"name": title, "receiver": receiver, "events": events,

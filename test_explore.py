@@ -11,6 +11,7 @@ import gc
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -171,26 +172,26 @@ class CountingTests(unittest.TestCase):
 
 # Each check of the explorer, and a breakage of leases.py under which it fires: (the check,
 # what to replace, with what, the bound's command-line arguments, the first failing schedule
-# as "actor action outcome" per step).
+# as "actor action outcome" per step, and where it failed: the authority or a receiver).
 BREAKAGES = [
     ("fence", "epoch > stored[0]", "epoch >= stored[0]",  # an equal epoch applied twice
      ["--program", "acquire", "write", "write", "--last-tick", "0", "--ttl", "2"],
-     ["A acquire granted", "A write applied", "A write applied"]),
+     ["A acquire granted", "A write applied", "A write applied"], ["fenced"]),
     ("epochs increase", '"UPDATE leases SET holder = NULL WHERE resource = ?"',
      '"DELETE FROM leases WHERE resource = ?"',  # a release forgets the epoch
      ["--program", "acquire", "release", "--last-tick", "0"],
-     ["A acquire granted", "A release released", "B acquire granted"]),
+     ["A acquire granted", "A release released", "B acquire granted"], ["authority"]),
     ("one live lease", "raise LeaseHeld(held)", "pass",  # a live lease granted again
      ["--program", "acquire", "--last-tick", "0"],
-     ["A acquire granted", "B acquire granted"]),
+     ["A acquire granted", "B acquire granted"], ["authority"]),
     ("stored pair", "return WriteResult(outcome, resource, epoch, value, *stored)",
      "return WriteResult(outcome, resource, epoch, value, epoch, value)",  # says it holds it
      ["--program", "acquire", "write", "write", "--last-tick", "0", "--ttl", "2"],
-     ["A acquire granted", "A write applied", "A write conflict"]),
+     ["A acquire granted", "A write applied", "A write conflict"], ["fenced"]),
     ("model", "return dataclasses.replace(lease, expires_at=expires_at)",
      "return dataclasses.replace(lease, expires_at=expires_at + 1)",  # renews one tick long
      ["--holders", "1", "--program", "acquire", "renew", "--last-tick", "0"],
-     ["A acquire granted", "A renew renewed"]),
+     ["A acquire granted", "A renew renewed"], ["authority"]),
 ]
 
 
@@ -249,7 +250,7 @@ class CheckTests(unittest.TestCase):
         self,
     ) -> None:
         self.assertEqual([check for check, *_ in BREAKAGES], list(explore.CHECKS))
-        for check, old, new, arguments, steps in BREAKAGES:
+        for check, old, new, arguments, steps, places in BREAKAGES:
             with self.subTest(check):
                 run = _explore_broken(self, old, new, arguments)
                 self.assertEqual(run.returncode, 1, run.stderr)
@@ -258,6 +259,9 @@ class CheckTests(unittest.TestCase):
                 self.assertEqual(failed.split(": ")[1].split(" (of")[0].split(", ")[0], check)
                 self.assertEqual(
                     _schedule(run.stdout, f"the first schedule failing {check!r}"), steps)
+                self.assertEqual(re.findall(rf"^the first schedule failing {check!r} \((\w+)",
+                                            run.stdout, re.MULTILINE), places,
+                                 "only where the check failed is named")
 
 
     def test_a_library_that_keeps_state_outside_the_database_fails_the_model_check(
@@ -295,7 +299,7 @@ class CheckTests(unittest.TestCase):
             with self.subTest(begin), \
                     mock.patch.object(leases.LeaseAuthority, "acquire", left_open(begin)):
                 table = explore.explore(BOUNDS["takeover"])
-                self.assertEqual(table["failures"]["model"]["fenced"][0]["outcome"],
+                self.assertEqual(table["failures"]["model"]["authority"][0]["outcome"],
                                  "raised RuntimeError: acquire left a transaction open")
         with mock.patch.object(leases.LeaseAuthority, "acquire", left_open("BEGIN IMMEDIATE")), \
                 self.assertRaisesRegex(sqlite3.OperationalError, "locked"):
