@@ -618,6 +618,41 @@ class ScenarioTests(unittest.TestCase):
             write_with_superseded_epoch_applied=False,
             final_value_written_by="B",
         )
+        # A reader's own fenced schedule, played by the engine: a replay, a conflict and two
+        # stale writes refused; a release, and an epoch that keeps growing after it; and a
+        # lease that expires before the last step, so that none is live at the end.
+        steps = (
+            Step("A", Action.ACQUIRE, 0, ttl=2),
+            Step("B", Action.ACQUIRE, 2, ttl=2),
+            Step("B", Action.WRITE, 2, value="by B"),
+            Step("B", Action.WRITE, 2, value="by B"),
+            Step("B", Action.WRITE, 3, value="other"),
+            Step("A", Action.WRITE, 3, value="by A"),
+            Step("A", Action.WRITE, 3, value="by A"),
+            Step("B", Action.RELEASE, 3),
+            Step("A", Action.ACQUIRE, 3, ttl=1),
+            Step("A", Action.CHECK, 5),
+        )
+        record = run_scenarios([Scenario("own", True, "", steps)], timeout=TIMEOUT)["scenarios"][0]
+        with self.subTest("each step of the reader's schedule is answered by the rules"):
+            self.assertEqual(_story(record), [
+                ("A", "acquire", 0, 1, "granted", None),
+                ("B", "acquire", 2, 2, "granted", None),
+                ("B", "write", 2, 2, "applied", 2),
+                ("B", "write", 2, 2, "replay", 2),  # the same epoch and value changes nothing
+                ("B", "write", 3, 2, "conflict", 2),
+                ("A", "write", 3, 1, "stale", 2),
+                ("A", "write", 3, 1, "stale", 2),
+                ("B", "release", 3, 2, "released", None),
+                ("A", "acquire", 3, 3, "granted", None),  # a release never gives an epoch back
+                ("A", "check", 5, 3, "lost", None),
+            ])
+            self.assertEqual(record["final"], {"epoch": 2, "value": "by B"})
+        with self.subTest("the lease at the end is the one live at the last tick: none"):
+            self.assertIsNone(record["lease_at_end"])
+        with self.subTest("the timeline counts the refusals by their kind"):
+            self.assertEqual(run_experiment.timeline(record).split("\n")[-1],
+                             "  final value written by B; stale writes refused: 2, conflicting: 1")
 
     def test_expiry_before_receiver_observation_gap_applies_expired_epoch_1_until_epoch_2_is_stored(
         self,
@@ -1254,14 +1289,16 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(err, "run_experiment.py: failed: scenario 'unfenced_receiver', step "
                              "0 (A acquire at tick 0): worker A: ended without a report, exit "
                              "code 143\n")
-        for number, at, victim, named in [
+        kills = [  # (scenario, the step whose report the engine waits for, victim, named)
             (2, 2, "B", "'expiry_before_receiver_observation_gap', step 3 (B write at tick 12)"),
             (0, 1, "A", "'unfenced_receiver', step 3 (A write at tick 11)"),
-            (1, 0, "B", "'fenced_receiver', step 1 (B acquire at tick 10)"),
-        ]:
+            (1, 0, "B", "'fenced_receiver', step 1 (B acquire at tick 10)"),  # B may be starting
+        ]
+        with concurrent.futures.ThreadPoolExecutor() as pool:  # each run is a process of its own
+            killed = list(pool.map(lambda kill: _run_killing(self, *kill[:3]), kills))
+        for (_, _, victim, named), (code, out, err) in zip(kills, killed):
             with self.subTest("a worker SIGKILLed while it waits ends the run, exit 3, the step "
                               "named", victim=victim, named=named):
-                code, out, err = _run_killing(self, number, at, victim)
                 self.assertEqual((code, out), (3, ""), err)
                 self.assertEqual(err, f"run_experiment.py: failed: scenario {named}: worker "
                                  f"{victim}: ended without a report, exit code -9\n")
@@ -1354,6 +1391,41 @@ class CommandLineTests(unittest.TestCase):
             ])
             self.assertEqual(_bytes(never), written)
             os.unlink(never)
+        with self.subTest("one differing path is exit 1, and the path is named"):
+            one = evidence()
+            one["scenarios"][2]["final"]["value"] = "report by A"
+            code, out, err = _main("--check", write_json("one.json", one), play=evidence)
+            self.assertEqual((code, out.splitlines()[1:]), (1, [
+                '  $.scenarios[2].final.value: expected "report by A", got "report by B"']), err)
+        with self.subTest("with neither --check nor --output, stdout is the evidence"):
+            self.assertEqual(_main(play=evidence)[:2], (0, written.decode("ascii")))
+        with self.subTest("an unexpected error exits 70, not 1, in one line naming it"):
+            def starved() -> Any:
+                raise MemoryError("out of memory")
+
+            said = "run_experiment.py: unexpected error: MemoryError: out of memory\n"
+            self.assertEqual(_main(play=starved), (70, "", said))
+        with self.subTest("the report is ASCII whatever the --check path, for an ASCII stdout"):
+            accented = os.path.join(folder.name, "r\u00e9sultats.json")
+            shutil.copyfile(results, accented)
+            code, out, err = _main("--check", accented, play=evidence)
+            said = f"reproduced: this run matches {accented!a} (3 scenarios)\n"
+            self.assertEqual((code, out), (0, said), err)
+            self.assertTrue(out.isascii())
+        for depth in range(900, 1101):
+            with self.subTest("a --check nested at any depth is exit 1, or exit 2 in one line, "
+                              "and --output is written exactly when it is 1", depth=depth):
+                nested = os.path.join(folder.name, "nested.json")
+                with open(nested, "w", encoding="ascii") as file:
+                    file.write("[" * depth + "]" * depth)
+                code, out, err = _main("--check", nested, "--output", never, play=evidence)
+                self.assertIn(code, (1, 2), err)
+                self.assertEqual(os.path.exists(never), code == 1)
+                if code == 1:
+                    self.assertTrue(out.splitlines()[1].startswith("  $: expected ["), out)
+                    os.unlink(never)
+                else:
+                    self.assertEqual((out, len(err.splitlines())), ("", 1))
         with self.subTest("twelve differences: the first ten are shown, and how many more"):
             twelve = evidence()
             for record in twelve["scenarios"]:
@@ -1396,11 +1468,18 @@ class CommandLineTests(unittest.TestCase):
             full_disk = "cannot write to stdout: [Errno 28] No space left on device"
             self.assertEqual(_main("--help", stdout=_Full())[::2],
                              (2, f"run_experiment.py: error: {full_disk}\n"))
+        with self.subTest("no stdout at all (>&-) is one clear line and exit 2"):
+            said = "run_experiment.py: error: cannot write to stdout: it is closed\n"
+            self.assertEqual(_main("--help", closed_stdout=True), (2, "", said))
+        # As in a user's terminal: buffered, what a failed write left would fail again in the
+        # interpreter's last flush, with a traceback and exit 120.
+        buffered = {name: value for name, value in os.environ.items()
+                    if name != "PYTHONUNBUFFERED"}
         with self.subTest("a full stdout is one line and exit 2; a full stderr changes "
                           "nothing; never exit 120"), open("/dev/full", "w") as full:
             program = [sys.executable, os.path.join(HERE, "run_experiment.py")]
             done = subprocess.run([*program, "--help"], stdout=full, stderr=subprocess.PIPE,
-                                  timeout=TIMEOUT, check=False, text=True)
+                                  timeout=TIMEOUT, check=False, text=True, env=buffered)
             said = "run_experiment.py: error: cannot write to stdout: [Errno 28] No space left"
             self.assertEqual((done.returncode, done.stderr), (2, f"{said} on device\n"))
             done = subprocess.run([*program, "--check", "missing.json"], stderr=full,
@@ -1411,7 +1490,8 @@ class CommandLineTests(unittest.TestCase):
             os.close(read)
             with open(write, "wb") as closed:
                 done = subprocess.run([*program, "--help"], stdout=closed, timeout=TIMEOUT,
-                                      stderr=subprocess.PIPE, check=False, text=True)
+                                      stderr=subprocess.PIPE, check=False, text=True,
+                                      env=buffered)
             self.assertEqual((done.returncode, done.stderr), (32, ""))
         with self.subTest("an --output that cannot be put in place is left as it was, with no "
                           "success line"), mock.patch.object(
@@ -1445,6 +1525,7 @@ class CommandLineTests(unittest.TestCase):
             (("--check", tampered, "--output", link), "is the --check file"),
             (("--check", tampered, "--output", hard), "is the --check file"),
             (("--output", folder.name + os.sep), "must name a file"),
+            (("--output=",), "--output must name a file, got ''"),
             (("--bogus",), "unrecognized arguments: --bogus"),
         ]:
             with self.subTest("a file or argument that cannot be used is one line, exit 2",
