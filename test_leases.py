@@ -495,6 +495,8 @@ def _killing(scenario: int, step: int, victim: str) -> int:
         name = play.scenario.name
         if name == run_experiment.SCENARIOS[scenario].name and reports[name] == step:
             worker = play.workers[victim]
+            # Killed at the worst moment, as it wrote a report: its Queue's lock stays held.
+            play.reports[victim]._wlock.acquire()
             worker.kill()
             worker.join(TIMEOUT)  # dead before anything is released to it
         reports[name] += 1
@@ -1305,9 +1307,11 @@ class CommandLineTests(unittest.TestCase):
         with self.subTest("the leader SIGKILLed while its workers wait: they, and the resource "
                           "tracker, are gone within 10 s"):
             program = [sys.executable, "-c", "import test_leases; test_leases._leading()"]
-            # Its stderr is the tracker's, which says what semaphores it removed.
+            # Its stderr is the tracker's, which says what semaphores it removed.  Killed, it
+            # leaves its temporary folder, in this test's.
             leader = subprocess.Popen(program, cwd=HERE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True)
+                                      stderr=subprocess.DEVNULL, text=True,
+                                      env={**os.environ, "TMPDIR": folder.name})
             self.addCleanup(leader.wait, TIMEOUT)
             self.addCleanup(leader.kill)
             assert leader.stdout is not None
