@@ -2,11 +2,12 @@
 
 A scenario is data: a timeline of steps, each saying which worker acquires, renews, checks,
 writes or releases at which tick.  The engine spawns one worker process per actor and gives
-every step an Event of its own.  A worker waits on its next step's Event, performs that one
-step against the scenario's SQLite database, and puts its report on the scenario's Queue.
-The engine sets one Event at a time and waits for that step's report (and, after a worker's
-last step, for the worker to exit) before it sets the next, so the order of events comes
-from these handshakes alone, never from timing.  Every wait is bounded; nothing sleeps.
+each a Queue of its own, on which it releases that worker's steps one at a time.  A worker
+waits for its next release, performs that one step against the scenario's SQLite database,
+and puts its report on the scenario's Queue.  The engine releases one step at a time and
+waits for that step's report (and, after a worker's last step, for the worker to exit with
+code 0) before it releases the next, so the order of events comes from these handshakes
+alone, never from timing.  Every wait is bounded; nothing sleeps.
 """
 
 import contextlib
@@ -31,7 +32,6 @@ if TYPE_CHECKING:  # only for annotations: the spawn context makes the real obje
     import argparse
     from multiprocessing.process import BaseProcess
     from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Event
 
 __all__ = [
     "EXIT_CODES", "SCENARIOS", "Action", "ExperimentError", "Scenario", "Step", "canonical_json",
@@ -69,10 +69,11 @@ class Step:
         if not isinstance(self.action, Action) or not isinstance(self.actor, str):
             raise TypeError(f"step {self!r}: actor must be a str and action an Action")
         if not self.actor or not _is_tick(self.tick):
-            raise ValueError(f"step {self!r}: actor must not be empty, tick must be an int >= 0")
+            raise ValueError(f"step {self!r}: actor must not be empty, tick must be an int "
+                             "from 0 to 2**63 - 1")
         if wants_ttl != (_is_tick(self.ttl) and self.ttl != 0):
-            raise ValueError(f"step {self!r}: acquire and renew need a ttl (an int >= 1), "
-                             "other actions none")
+            raise ValueError(f"step {self!r}: acquire and renew need a ttl (an int from 1 to "
+                             "2**63 - 1), other actions none")
         if (self.action is Action.WRITE) != isinstance(self.value, str):
             raise ValueError(f"step {self!r}: a write needs a value (a str), other actions none")
 
@@ -80,8 +81,11 @@ class Step:
         return f"{self.actor} {self.action.value} at tick {self.tick}"
 
 
+_TOP_TICK = 2**63 - 1  # SQLite's largest integer
+
+
 def _is_tick(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _TOP_TICK
 
 
 @dataclass(frozen=True)
@@ -103,8 +107,8 @@ class Scenario:
             raise ValueError(f"{where}: name (a str) and steps must not be empty")
         for index, (before, step) in enumerate(zip(self.steps, self.steps[1:]), start=1):
             if step.tick < before.tick:
-                raise ValueError(f"{where}, step {index} ({step}): tick {step.tick} comes after "
-                                 f"tick {before.tick}")
+                raise ValueError(f"{where}, step {index} ({step}): tick {step.tick} comes before "
+                                 f"tick {before.tick} of the step before it; ticks never go back")
 
     @property
     def actors(self) -> tuple[str, ...]:
@@ -274,39 +278,71 @@ def _worker(
     fenced: bool,
     actor: str,
     script: Sequence[tuple[int, Step]],
-    released: Sequence["Event"],
+    released: "Queue[int]",
     reports: "Queue[_Report]",
     backstop: float,
+    engine: int,
 ) -> None:
-    """Perform each (index, step) of `script` once `released[index]` is set; report each.
+    """Perform each (index, step) of `script` once the engine releases it; report each.
 
     A failure is reported as text, since an arbitrary exception may not survive pickling.
-    `backstop` bounds each wait, in case the engine is gone.  The worker removes nothing: the
-    engine owns the scenario's folder.
+    `backstop` bounds each wait, in case the engine hangs; the engine's process `engine` gone,
+    the worker ends at once.  The worker removes nothing: the engine owns the scenario's folder.
     """
     # Stopping is the engine's: it kills its workers itself, so that Ctrl-C, sent to the whole
     # process group, ends the run once, in one line.  The engine started this process with the
     # stop signals held; one pending is dropped here.  SIGTERM stays fatal, but as an exit that
-    # unwinds: killed outright, a worker could leave an Event's lock held, or half a report in
-    # the Queue, and the engine would wait on it for ever.
+    # unwinds, a transaction under way rolled back and the database closed.
     for number in _STOP_SIGNALS:
         signal.signal(number, _exit_on_sigterm if number == signal.SIGTERM else signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    _serve(db_path, fenced, actor, script, released, reports, backstop, engine)
+    # The engine waits for a worker to be gone before it releases the next step: once the
+    # reports are flushed, skip the interpreter's own exit, which takes longer than the step.
+    os._exit(0)
+
+
+def _serve(
+    db_path: str,
+    fenced: bool,
+    actor: str,
+    script: Sequence[tuple[int, Step]],
+    released: "Queue[int]",
+    reports: "Queue[_Report]",
+    backstop: float,
+    engine: int,
+) -> None:
+    """The worker's work, up to its exit: each step of `script` performed and reported."""
     try:
         with LeaseAuthority(db_path) as authority, Receiver(db_path, fenced=fenced) as receiver:
             lease = None
-            for index, step in script:
-                if not released[index].wait(backstop):
-                    raise TimeoutError(f"not released within {backstop:g} s")
+            for _, step in script:
+                _wait_for_release(released, backstop, engine)
                 lease, event = _perform(step, lease, authority, receiver)
                 reports.put((actor, event, None))
     except Exception as exc:  # noqa: BLE001 - whatever it was, the engine must hear of it
         reports.put((actor, None, f"{type(exc).__name__}: {exc}"))
-    # The engine waits for a worker to be gone before it releases the next step: once the
-    # reports are flushed, skip the interpreter's own exit, which takes longer than the step.
     reports.close()
     reports.join_thread()
-    os._exit(0)
+
+
+def _wait_for_release(released: "Queue[int]", backstop: float, engine: int) -> None:
+    """Wait until the engine releases the next step; TimeoutError after `backstop` seconds.
+
+    The wait is cut into slices of 0.1 s to notice, that soon, that the engine is gone (killed
+    outright, as by the OOM killer): this process then has a new parent, and ends at once, so
+    that it does not keep the caller's pipes open (`| cat` would wait for it).
+    """
+    deadline = time.monotonic() + backstop
+    while True:
+        try:
+            released.get(timeout=0.1)  # the index of the step: they come in order
+            return
+        except queue.Empty:
+            if os.getppid() != engine:
+                os._exit(EXIT_FAILED)  # nobody is left to read a report
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"not released within {backstop:g} s") from None
 
 
 def _exit_on_sigterm(number: int, frame: object) -> NoReturn:
@@ -331,12 +367,13 @@ class ExperimentError(Exception):
 
 @dataclass(frozen=True)
 class _Play:
-    """A scenario ready to play: its database, one Event per step, its workers, their Queue."""
+    """A scenario ready to play: its database, and for each actor its worker, the Queue that
+    releases the worker's steps and the Queue the worker reports on."""
 
     scenario: Scenario
     db_path: str
-    released: list["Event"]
-    reports: "Queue[_Report]"
+    released: dict[str, "Queue[int]"]
+    reports: dict[str, "Queue[_Report]"]
     workers: dict[str, "BaseProcess"]
 
 
@@ -354,7 +391,7 @@ def run_scenarios(
     _start_resource_tracker()
     with contextlib.ExitStack() as cleanup:
         folder = _scratch(cleanup, "leases-experiment-")
-        plays = [  # kept to the end: a worker still starting up needs its Events to exist
+        plays = [  # kept to the end: a worker still starting up needs its Queues to exist
             _start(scenario, os.path.join(folder, f"{number}.sqlite3"), context, backstop, cleanup)
             for number, scenario in enumerate(scenarios)
         ]
@@ -371,15 +408,20 @@ def _start(
     """Start the scenario's workers, each waiting for its first step; its first makes the file."""
     # Workers start with the stop signals held, and keep them held until they ignore them.
     with _held():
-        released = [context.Event() for _ in scenario.steps]
-        reports: Queue[_Report] = context.Queue()
+        # A Queue, not an Event, releases each step: setting an Event waits for every process
+        # sleeping on it to wake, and one killed in its sleep never does.  A put never waits.
+        # Each worker reports on a Queue of its own: one killed as it wrote a report would
+        # hold a shared Queue's lock, and the next worker's report would never come.
+        released: dict[str, Queue[int]] = {actor: context.Queue() for actor in scenario.actors}
+        reports: dict[str, Queue[_Report]] = {actor: context.Queue() for actor in scenario.actors}
         workers: dict[str, BaseProcess] = {}
         for actor in scenario.actors:
             script = [(i, step) for i, step in enumerate(scenario.steps) if step.actor == actor]
             workers[actor] = context.Process(
                 target=_worker,
                 name=f"{scenario.name}:{actor}",
-                args=(db_path, scenario.fenced, actor, script, released, reports, backstop),
+                args=(db_path, scenario.fenced, actor, script, released[actor], reports[actor],
+                      backstop, os.getpid()),
             )
             cleanup.callback(_stop, workers[actor])  # runs before the folder is removed
             workers[actor].start()  # inherits the hold; see _worker
@@ -404,16 +446,18 @@ def _play(play: _Play, timeout: float) -> dict[str, Any]:
     """Release the scenario's steps one at a time; the record of what happened."""
     events = []
     for index, step in enumerate(play.scenario.steps):
-        play.released[index].set()
+        where = f"step {index} ({step})"
+        play.released[step.actor].put(index)
         actor, event, problem = _report(play, step.actor, timeout)
-        if event is None:  # another worker may have failed first, one waiting for its turn
-            where = f"step {index} ({step})"
+        if event is None:  # it failed, hung or died
             raise ExperimentError(play.scenario.name, where, f"worker {actor}: {problem}")
         events.append(event)
         if all(later.actor != step.actor for later in play.scenario.steps[index + 1 :]):
-            # Its last step: the next is released only once this worker has exited, so that
-            # what it leaves behind is only what it committed.
-            play.workers[step.actor].join(timeout)
+            # Its last step: the next is released only once this worker has exited, and
+            # cleanly, so that what it leaves behind is only what it committed.
+            problem = _exit_problem(play.workers[step.actor], timeout)
+            if problem is not None:
+                raise ExperimentError(play.scenario.name, where, f"worker {step.actor}: {problem}")
     return _record(play.scenario, play.db_path, events)
 
 
@@ -427,12 +471,28 @@ def _report(play: _Play, actor: str, timeout: float) -> _Report:
     while True:
         _stop_if_asked()
         try:
-            return play.reports.get(timeout=min(0.1, timeout))
+            return play.reports[actor].get(timeout=min(0.1, timeout))
         except queue.Empty:
-            if not worker.is_alive() and play.reports.empty():
+            if not worker.is_alive() and play.reports[actor].empty():
                 return actor, None, f"ended without a report, exit code {worker.exitcode}"
             if time.monotonic() >= deadline:
                 return actor, None, f"no report within {timeout:g} s"
+
+
+def _exit_problem(worker: "BaseProcess", timeout: float) -> str | None:
+    """None once `worker` has exited with code 0; else, within `timeout`, why it did not.
+
+    The wait is cut into slices of 0.1 s, as _report's is, to notice a noted stop that soon.
+    """
+    deadline = time.monotonic() + timeout
+    while worker.exitcode is None:
+        _stop_if_asked()
+        worker.join(min(0.1, timeout))
+        if worker.exitcode is None and time.monotonic() >= deadline:
+            return f"did not exit within {timeout:g} s of its last report"
+    if worker.exitcode != 0:
+        return f"exited with code {worker.exitcode} after its last report"
+    return None
 
 
 def _record(scenario: Scenario, db_path: str, events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -526,7 +586,10 @@ def _meaning_first(path: str) -> int:
 
 
 def _shown(value: object, limit: int = 70) -> str:
-    text = "(missing)" if value is _MISSING else json.dumps(value, sort_keys=True)
+    try:
+        text = "(missing)" if value is _MISSING else json.dumps(value, sort_keys=True)
+    except RecursionError:  # parsed at the parser's limit, it is too deep for the encoder
+        text = "[...]" if isinstance(value, list) else "{...}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -537,6 +600,7 @@ EXIT_DIFFERENT = 1
 EXIT_USAGE = 2
 EXIT_FAILED = 3
 EXIT_CLOSED_STDOUT = 32  # EPIPE, as CPython's own `python3 -m json.tool` exits on a closed pipe
+EXIT_UNEXPECTED = 70  # EX_SOFTWARE of sysexits.h: not 1, which says what the run found
 EXIT_SIGNALLED = 128  # plus the signal's number, the shell's convention: Ctrl-C is 130
 
 # The signals that stop a run as Ctrl-C does: a closed terminal, Ctrl-C, kill.
@@ -548,6 +612,8 @@ SHARED_EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_USAGE, ("bad arguments, or a file or stdout that cannot be read or written: one line "
                   "on stderr")),
     (EXIT_CLOSED_STDOUT, "stdout was closed by its reader (| true); quiet"),
+    (EXIT_UNEXPECTED, ("an unexpected error, such as MemoryError: a bug or a starved machine; "
+                       "one line on stderr naming it")),
     *((EXIT_SIGNALLED + number, (f"stopped by {signal.Signals(number).name}: workers stopped, "
                                  "temporary folders removed, --output untouched"))
       for number in _STOP_SIGNALS),
@@ -623,11 +689,14 @@ def command(prog: str, run: Callable[[], int]) -> int:
         where = f"{os.fsdecode(where)!r}: " if isinstance(where, (str, bytes)) else ""
         _note(f"{prog}: error: {where}{getattr(exc, 'strerror', None) or exc}")
         return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - one line, and a code that claims no verdict
+        _note(f"{prog}: unexpected error: {type(exc).__name__}: {exc}")
+        return EXIT_UNEXPECTED
 
 
 def _output_target(path: str, check: str | None = None) -> str:
     """The regular file that --output PATH will replace (a symlink's target), checked now."""
-    if path.endswith(os.sep):
+    if not path or path.endswith(os.sep):
         raise _UsageError(f"--output must name a file, got {path!r}")
     target = os.path.realpath(path)  # the link stays; what it points to gets the output
     try:
@@ -672,13 +741,21 @@ def _replace(target: str, text: str) -> None:
 
 
 def _say(text: str) -> None:
-    """Write a line to stdout; OSError if it will not take it (BrokenPipeError if closed)."""
+    """Write a line to stdout; OSError if it will not take it (BrokenPipeError if closed).
+
+    After a failure, stdout is dropped: what it still buffers would fail again in the
+    interpreter's last flush, which then prints a traceback and exits 120.
+    """
+    if sys.stdout is None:  # started with stdout closed (>&-)
+        raise OSError("cannot write to stdout: it is closed")
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
+        sys.stdout = None
         raise
-    except (AttributeError, OSError, ValueError) as exc:  # closed, full, cannot encode
+    except (OSError, ValueError) as exc:  # full, or cannot encode
+        sys.stdout = None
         raise OSError(f"cannot write to stdout: {exc}") from None
 
 
@@ -760,17 +837,18 @@ def _read_expected(path: str) -> object:
 
 
 def _compared(expected: object, document: dict[str, Any], check: str | None) -> tuple[int, str]:
-    """The exit code and the report of comparing `document` with the --check file's."""
+    """The exit code and the report of comparing `document` with the --check file's: ASCII,
+    whatever the path, for an ASCII-only stdout (LC_ALL=C on 3.10) takes nothing else."""
     if check is None:
         return EXIT_OK, ""
     found = sorted(differences(expected, json.loads(canonical_json(document))),
                    key=lambda difference: _meaning_first(difference[0]))
     if not found:
         scenarios = len(document["scenarios"])
-        return EXIT_OK, f"reproduced: this run matches {check!r} ({scenarios} scenarios)"
+        return EXIT_OK, f"reproduced: this run matches {check!a} ({scenarios} scenarios)"
     more = len(found) - _SHOWN_DIFFERENCES
     return EXIT_DIFFERENT, "\n".join([
-        f"differs: this run does not match {check!r} at {len(found)} JSON path(s):",
+        f"differs: this run does not match {check!a} at {len(found)} JSON path(s):",
         *(f"  {path}: expected {_shown(want)}, got {_shown(got)}"
           for path, want, got in found[:_SHOWN_DIFFERENCES]),
         *([f"  ... and {more} more"] if more > 0 else []),

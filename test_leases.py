@@ -16,6 +16,7 @@ import os
 import pickle
 import queue
 import re
+import select
 import shutil
 import signal
 import sqlite3
@@ -420,14 +421,15 @@ class _Full(io.StringIO):
 
 def _main(
     *args: str, play: Callable[[], Any] | None = None, stdout: io.StringIO | None = None,
-    heed: int = 0,
+    heed: int = 0, closed_stdout: bool = False,
 ) -> tuple[int, str, str]:
     """run_experiment.main(args) in this process: its exit code, stdout and stderr.  `play`
     stands in for playing the scenarios, which the suite does once, in _run(); without it,
     main() must not start a run.
 
     main() is a program: it takes the stop signals over.  The suite's own handlers are put
-    back afterwards.  `heed` is a signal that the
+    back afterwards.  `closed_stdout` starts it as `>&-` does, with no sys.stdout at all.
+    `heed` is a signal that the
     caller sends itself, to be heeded even where the suite runs with it ignored (a script's
     background job ignores SIGINT); a stop main() reports for any other came from outside,
     and stops the suite.
@@ -435,7 +437,7 @@ def _main(
     handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
     if heed:
         signal.signal(heed, signal.default_int_handler)
-    out, err = stdout or io.StringIO(), io.StringIO()
+    out, err = None if closed_stdout else stdout or io.StringIO(), io.StringIO()
 
     def no_run() -> Any:
         raise AssertionError("the command line started a run")
@@ -451,7 +453,7 @@ def _main(
             signal.signal(number, handler)
     if any(number != heed for number in run_experiment._STOPPED):  # noted, whatever the code
         raise KeyboardInterrupt(err.getvalue().strip())
-    return code, out.getvalue(), err.getvalue()
+    return code, "" if out is None else out.getvalue(), err.getvalue()
 
 
 def _run_signalling_workers(test: unittest.TestCase, *numbers: int) -> tuple[int, str, str]:
@@ -481,6 +483,78 @@ def _signalling_workers(numbers: list[int]) -> int:
             mock.patch.object(run_experiment, "_report", report):
         return run_experiment.main(["--check", "results.json",
                                     "--output", os.path.join(folder, "out.json")])
+
+
+def _run_killing(test: unittest.TestCase, scenario: int, step: int, victim: str) -> tuple[
+        int, str, str]:
+    """The README's --check command, in a fresh interpreter, SIGKILLing `victim`'s worker in
+    scenario number `scenario` while the engine waits for the report of its step `step`: by
+    then the victim waits for a later step.  A hang is TimeoutExpired, after TIMEOUT."""
+    program = ("import sys, test_leases; "
+               f"sys.exit(test_leases._killing({scenario}, {step}, {victim!r}))")
+    done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
+                          check=False, capture_output=True, text=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _killing(scenario: int, step: int, victim: str) -> int:
+    real, reports = run_experiment._report, Counter[str]()
+
+    def report(play: Any, actor: str, timeout: float) -> Any:
+        name = play.scenario.name
+        if name == run_experiment.SCENARIOS[scenario].name and reports[name] == step:
+            worker = play.workers[victim]
+            # Killed at the worst moment, as it wrote a report: its Queue's lock stays held.
+            play.reports[victim]._wlock.acquire()
+            worker.kill()
+            worker.join(TIMEOUT)  # dead before anything is released to it
+        reports[name] += 1
+        return real(play, actor, timeout)
+
+    with mock.patch.object(run_experiment, "_report", report):
+        return run_experiment.main(["--check", "results.json"])
+
+
+def _leading() -> None:
+    """Run the README's command; once the first step is reported, when its worker waits for
+    its next and the others wait or start, print the PIDs of the workers and the resource
+    tracker, and hang."""
+    real = run_experiment._report
+
+    def report(play: Any, actor: str, timeout: float) -> Any:
+        reported = real(play, actor, timeout)
+        tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
+        pids = [child.pid for child in multiprocessing.active_children()] + [tracker]
+        print(json.dumps(pids), flush=True)
+        threading.Event().wait(TIMEOUT)  # until the test kills this process
+        return reported
+
+    with mock.patch.object(run_experiment, "_report", report):
+        run_experiment.main(["--check", "results.json"])
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The processes of `pids` still alive after `seconds`, waited for on their pidfds."""
+    deadline, alive = time.monotonic() + seconds, []
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:  # a pidfd is readable once its process has exited
+            if not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                alive.append(pid)
+        finally:
+            os.close(pidfd)
+    return alive
+
+
+def _serving_then(exit_code: int, *args: Any) -> None:
+    """A worker that does its steps, reports them, then exits with `exit_code`.  A seam: what a
+    spawned worker does after its last report cannot be changed by a patch in this process, and
+    the real worker always exits 0."""
+    run_experiment._serve(*args)
+    os._exit(exit_code)
 
 
 def _acquired(actor: str, tick: int, epoch: int, expires_at: int) -> dict[str, Any]:
@@ -555,6 +629,41 @@ class ScenarioTests(unittest.TestCase):
             write_with_superseded_epoch_applied=False,
             final_value_written_by="B",
         )
+        # A reader's own fenced schedule, played by the engine: a replay, a conflict and two
+        # stale writes refused; a release, and an epoch that keeps growing after it; and a
+        # lease that expires before the last step, so that none is live at the end.
+        steps = (
+            Step("A", Action.ACQUIRE, 0, ttl=2),
+            Step("B", Action.ACQUIRE, 2, ttl=2),
+            Step("B", Action.WRITE, 2, value="by B"),
+            Step("B", Action.WRITE, 2, value="by B"),
+            Step("B", Action.WRITE, 3, value="other"),
+            Step("A", Action.WRITE, 3, value="by A"),
+            Step("A", Action.WRITE, 3, value="by A"),
+            Step("B", Action.RELEASE, 3),
+            Step("A", Action.ACQUIRE, 3, ttl=1),
+            Step("A", Action.CHECK, 5),
+        )
+        record = run_scenarios([Scenario("own", True, "", steps)], timeout=TIMEOUT)["scenarios"][0]
+        with self.subTest("each step of the reader's schedule is answered by the rules"):
+            self.assertEqual(_story(record), [
+                ("A", "acquire", 0, 1, "granted", None),
+                ("B", "acquire", 2, 2, "granted", None),
+                ("B", "write", 2, 2, "applied", 2),
+                ("B", "write", 2, 2, "replay", 2),  # the same epoch and value changes nothing
+                ("B", "write", 3, 2, "conflict", 2),
+                ("A", "write", 3, 1, "stale", 2),
+                ("A", "write", 3, 1, "stale", 2),
+                ("B", "release", 3, 2, "released", None),
+                ("A", "acquire", 3, 3, "granted", None),  # a release never gives an epoch back
+                ("A", "check", 5, 3, "lost", None),
+            ])
+            self.assertEqual(record["final"], {"epoch": 2, "value": "by B"})
+        with self.subTest("the lease at the end is the one live at the last tick: none"):
+            self.assertIsNone(record["lease_at_end"])
+        with self.subTest("the timeline counts the refusals by their kind"):
+            self.assertEqual(run_experiment.timeline(record).split("\n")[-1],
+                             "  final value written by B; stale writes refused: 2, conflicting: 1")
 
     def test_expiry_before_receiver_observation_gap_applies_expired_epoch_1_until_epoch_2_is_stored(
         self,
@@ -1280,21 +1389,24 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
         with self.subTest("a step that does not report in time is named, its worker alive"):
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
-            # Kept to the end of the test: a worker still starting up needs its Event to exist.
+            # Kept to the end of the test: a worker still starting up needs its Queues to exist.
             slow_args = (os.path.join(folder.name, "slow.sqlite3"), True, "A", [(0, step)],
-                         [SPAWN.Event()], SPAWN.Queue(), TIMEOUT)
+                         SPAWN.Queue(), SPAWN.Queue(), TIMEOUT, os.getpid())
             worker = _start(self, run_experiment._worker, *slow_args)
-            slow = run_experiment._Play(Scenario("slow", True, "", (step,)), slow_args[0], [],
-                                        slow_args[5], {"A": worker})
+            slow = run_experiment._Play(Scenario("slow", True, "", (step,)), slow_args[0], {},
+                                        {"A": slow_args[5]}, {"A": worker})
             self.assertEqual(run_experiment._report(slow, "A", 0.001),
                              ("A", None, "no report within 0.001 s"))
+        with self.subTest("a worker that does not exit after its last report is named"):
+            self.assertEqual(run_experiment._exit_problem(worker, 0.001),
+                             "did not exit within 0.001 s of its last report")
             worker.kill()
             worker.join(TIMEOUT)
         with self.subTest("a worker whose engine is gone gives up within its bound"):
             reports: Queue[Any] = SPAWN.Queue()
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
             db_path = os.path.join(folder.name, "alone.sqlite3")
-            args = (db_path, True, "A", [(0, step)], [SPAWN.Event()], reports, 0.001)
+            args = (db_path, True, "A", [(0, step)], SPAWN.Queue(), reports, 0.001, os.getpid())
             worker = _start(self, run_experiment._worker, *args)
             worker.join(TIMEOUT)
 
@@ -1306,8 +1418,8 @@ class CommandLineTests(unittest.TestCase):
                         raise self.waits.pop()
                     return reports.get(timeout=timeout)
 
-            alone = run_experiment._Play(Scenario("alone", True, "", (step,)), db_path, [],
-                                         Late(), {"A": worker})  # type: ignore[arg-type]
+            alone = run_experiment._Play(Scenario("alone", True, "", (step,)), db_path, {},
+                                         {"A": Late()}, {"A": worker})  # type: ignore[dict-item]
             self.assertEqual(run_experiment._report(alone, "A", TIMEOUT),
                              ("A", None, "TimeoutError: not released within 0.001 s"))
 
@@ -1320,6 +1432,44 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(err, "run_experiment.py: failed: scenario 'unfenced_receiver', step "
                              "0 (A acquire at tick 0): worker A: ended without a report, exit "
                              "code 143\n")
+        kills = [  # (scenario, the step whose report the engine waits for, victim, named)
+            (2, 2, "B", "'expiry_before_receiver_observation_gap', step 3 (B write at tick 12)"),
+            (0, 1, "A", "'unfenced_receiver', step 3 (A write at tick 11)"),
+            (1, 0, "B", "'fenced_receiver', step 1 (B acquire at tick 10)"),  # B may be starting
+        ]
+        with concurrent.futures.ThreadPoolExecutor() as pool:  # each run is a process of its own
+            killed = list(pool.map(lambda kill: _run_killing(self, *kill[:3]), kills))
+        for (_, _, victim, named), (code, out, err) in zip(kills, killed):
+            with self.subTest("a worker SIGKILLed while it waits ends the run, exit 3, the step "
+                              "named", victim=victim, named=named):
+                self.assertEqual((code, out), (3, ""), err)
+                self.assertEqual(err, f"run_experiment.py: failed: scenario {named}: worker "
+                                 f"{victim}: ended without a report, exit code -9\n")
+        with self.subTest("the leader SIGKILLed while its workers wait: they, and the resource "
+                          "tracker, are gone within 10 s"):
+            program = [sys.executable, "-c", "import test_leases; test_leases._leading()"]
+            # Its stderr is the tracker's, which says what semaphores it removed.  Killed, it
+            # leaves its temporary folder, in this test's.
+            leader = subprocess.Popen(program, cwd=HERE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True,
+                                      env={**os.environ, "TMPDIR": folder.name})
+            self.addCleanup(leader.wait, TIMEOUT)
+            self.addCleanup(leader.kill)
+            assert leader.stdout is not None
+            self.addCleanup(leader.stdout.close)
+            pids = json.loads(leader.stdout.readline())
+            self.assertEqual(len(pids), 7)  # six workers and the tracker
+            leader.kill()
+            self.assertEqual(_gone_within(pids, 10.0), [])
+        with self.subTest("a worker that exits nonzero after its last report fails the run at "
+                          "that step, before the next is released"), \
+                mock.patch.object(run_experiment, "_worker", functools.partial(_serving_then, 5)):
+            two = Scenario("two", True, "", (Step("A", Action.ACQUIRE, 0, ttl=1),
+                                             Step("B", Action.ACQUIRE, 1, ttl=1)))
+            with self.assertRaises(ExperimentError) as caught:
+                run_scenarios([two], timeout=TIMEOUT)
+            self.assertEqual(str(caught.exception), "scenario 'two', step 0 (A acquire at tick "
+                             "0): worker A: exited with code 5 after its last report")
 
         real_report, ended_at_the_wait = run_experiment._report, []
 
@@ -1386,6 +1536,41 @@ class CommandLineTests(unittest.TestCase):
             ])
             self.assertEqual(_bytes(never), written)
             os.unlink(never)
+        with self.subTest("one differing path is exit 1, and the path is named"):
+            one = evidence()
+            one["scenarios"][2]["final"]["value"] = "report by A"
+            code, out, err = _main("--check", write_json("one.json", one), play=evidence)
+            self.assertEqual((code, out.splitlines()[1:]), (1, [
+                '  $.scenarios[2].final.value: expected "report by A", got "report by B"']), err)
+        with self.subTest("with neither --check nor --output, stdout is the evidence"):
+            self.assertEqual(_main(play=evidence)[:2], (0, written.decode("ascii")))
+        with self.subTest("an unexpected error exits 70, not 1, in one line naming it"):
+            def starved() -> Any:
+                raise MemoryError("out of memory")
+
+            said = "run_experiment.py: unexpected error: MemoryError: out of memory\n"
+            self.assertEqual(_main(play=starved), (70, "", said))
+        with self.subTest("the report is ASCII whatever the --check path, for an ASCII stdout"):
+            accented = os.path.join(folder.name, "r\u00e9sultats.json")
+            shutil.copyfile(results, accented)
+            code, out, err = _main("--check", accented, play=evidence)
+            said = f"reproduced: this run matches {accented!a} (3 scenarios)\n"
+            self.assertEqual((code, out), (0, said), err)
+            self.assertTrue(out.isascii())
+        for depth in range(900, 1101):
+            with self.subTest("a --check nested at any depth is exit 1, or exit 2 in one line, "
+                              "and --output is written exactly when it is 1", depth=depth):
+                nested = os.path.join(folder.name, "nested.json")
+                with open(nested, "w", encoding="ascii") as file:
+                    file.write("[" * depth + "]" * depth)
+                code, out, err = _main("--check", nested, "--output", never, play=evidence)
+                self.assertIn(code, (1, 2), err)
+                self.assertEqual(os.path.exists(never), code == 1)
+                if code == 1:
+                    self.assertTrue(out.splitlines()[1].startswith("  $: expected ["), out)
+                    os.unlink(never)
+                else:
+                    self.assertEqual((out, len(err.splitlines())), ("", 1))
         with self.subTest("twelve differences: the first ten are shown, and how many more"):
             twelve = evidence()
             for record in twelve["scenarios"]:
@@ -1428,11 +1613,18 @@ class CommandLineTests(unittest.TestCase):
             full_disk = "cannot write to stdout: [Errno 28] No space left on device"
             self.assertEqual(_main("--help", stdout=_Full())[::2],
                              (2, f"run_experiment.py: error: {full_disk}\n"))
+        with self.subTest("no stdout at all (>&-) is one clear line and exit 2"):
+            said = "run_experiment.py: error: cannot write to stdout: it is closed\n"
+            self.assertEqual(_main("--help", closed_stdout=True), (2, "", said))
+        # As in a user's terminal: buffered, what a failed write left would fail again in the
+        # interpreter's last flush, with a traceback and exit 120.
+        buffered = {name: value for name, value in os.environ.items()
+                    if name != "PYTHONUNBUFFERED"}
         with self.subTest("a full stdout is one line and exit 2; a full stderr changes "
                           "nothing; never exit 120"), open("/dev/full", "w") as full:
             program = [sys.executable, os.path.join(HERE, "run_experiment.py")]
             done = subprocess.run([*program, "--help"], stdout=full, stderr=subprocess.PIPE,
-                                  timeout=TIMEOUT, check=False, text=True)
+                                  timeout=TIMEOUT, check=False, text=True, env=buffered)
             said = "run_experiment.py: error: cannot write to stdout: [Errno 28] No space left"
             self.assertEqual((done.returncode, done.stderr), (2, f"{said} on device\n"))
             done = subprocess.run([*program, "--check", "missing.json"], stderr=full,
@@ -1443,7 +1635,8 @@ class CommandLineTests(unittest.TestCase):
             os.close(read)
             with open(write, "wb") as closed:
                 done = subprocess.run([*program, "--help"], stdout=closed, timeout=TIMEOUT,
-                                      stderr=subprocess.PIPE, check=False, text=True)
+                                      stderr=subprocess.PIPE, check=False, text=True,
+                                      env=buffered)
             self.assertEqual((done.returncode, done.stderr), (32, ""))
         with self.subTest("an --output that cannot be put in place is left as it was, with no "
                           "success line"), mock.patch.object(
@@ -1477,6 +1670,7 @@ class CommandLineTests(unittest.TestCase):
             (("--check", tampered, "--output", link), "is the --check file"),
             (("--check", tampered, "--output", hard), "is the --check file"),
             (("--output", folder.name + os.sep), "must name a file"),
+            (("--output=",), "--output must name a file, got ''"),
             (("--bogus",), "unrecognized arguments: --bogus"),
         ]:
             with self.subTest("a file or argument that cannot be used is one line, exit 2",
@@ -1505,8 +1699,11 @@ class CommandLineTests(unittest.TestCase):
         builds: list[tuple[Callable[[], object], str]] = [
             (lambda: Scenario("back", True, "", (Step("A", Action.ACQUIRE, 10, ttl=1),
                                                  Step("A", Action.ACQUIRE, 5, ttl=1))),
-             r"step 1 \(A acquire at tick 5\).*tick 10"),
-            (lambda: Step("A", Action.ACQUIRE, True, ttl=1), "tick must be an int >= 0"),
+             (r"step 1 \(A acquire at tick 5\): tick 5 comes before tick 10 of the step before "
+              r"it; ticks never go back")),
+            (lambda: Step("A", Action.ACQUIRE, True, ttl=1), r"tick must be an int from 0"),
+            (lambda: Step("A", Action.CHECK, 2**63), r"tick must be an int from 0 to 2\*\*63 - 1"),
+            (lambda: Step("A", Action.ACQUIRE, 0, ttl=2**63), r"a ttl \(an int from 1 to 2\*\*63"),
             (lambda: Step("A", Action.ACQUIRE, 0), "acquire and renew need a ttl"),
             (lambda: Step("A", Action.WRITE, 0), "a write needs a value"),
             (lambda: Step("", Action.CHECK, 0), "actor must not be empty"),
@@ -1541,16 +1738,16 @@ class CommandLineTests(unittest.TestCase):
         exit_codes: list[dict[str, int | None]] = []  # the workers', as each step is released
         play = run_experiment._Play
 
-        class Watch:  # in the engine's hands, a step's Event or the Queue: it watches them
+        class Watch:  # in the engine's hands, a worker's Queue of releases or the reports' Queue
             def __init__(self, real: Any, workers: dict[str, BaseProcess]) -> None:
                 self.real, self.workers = real, workers
 
             def __getattr__(self, name: str) -> Any:  # the rest, as the real one does
                 return getattr(self.real, name)
 
-            def set(self) -> None:
+            def put(self, index: int) -> None:
                 exit_codes.append({actor: p.exitcode for actor, p in self.workers.items()})
-                self.real.set()
+                self.real.put(index)
 
             def get(self, timeout: float) -> Any:
                 reported = self.real.get(timeout=timeout)
@@ -1561,8 +1758,9 @@ class CommandLineTests(unittest.TestCase):
 
         def watched(scenario: Scenario, path: str, released: Any, reports: Any,
                     workers: Any) -> Any:
-            watched_released: Any = [Watch(event, workers) for event in released]
-            watched_reports: Any = Watch(reports, workers)
+            watched_released: Any = {actor: Watch(queue, workers)
+                                     for actor, queue in released.items()}
+            watched_reports: Any = {actor: Watch(queue, workers) for actor, queue in reports.items()}
             return play(scenario, path, watched_released, watched_reports, workers)
 
         with mock.patch.object(run_experiment, "_Play", watched), \
