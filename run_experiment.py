@@ -2,12 +2,12 @@
 
 A scenario is data: a timeline of steps, each saying which worker acquires, renews, checks,
 writes or releases at which tick.  The engine spawns one worker process per actor and gives
-each a Queue of its own, on which it releases that worker's steps one at a time.  A worker
-waits for its next release, performs that one step against the scenario's SQLite database,
-and puts its report on the scenario's Queue.  The engine releases one step at a time and
-waits for that step's report (and, after a worker's last step, for the worker to exit with
-code 0) before it releases the next, so the order of events comes from these handshakes
-alone, never from timing.  Every wait is bounded; nothing sleeps.
+every step an Event of its own.  A worker waits on its next step's Event, performs that one
+step against the scenario's SQLite database, and puts its report on its Queue.  The engine
+sets one Event at a time and waits for that step's report (and, after a worker's last step,
+for the worker to exit with code 0) before it sets the next, so the order of events comes
+from these handshakes alone, never from timing (see _play).  Every wait is bounded; nothing
+sleeps.
 """
 
 import contextlib
@@ -21,6 +21,7 @@ import signal
 import stat
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # only for annotations: the spawn context makes the real obje
     import argparse
     from multiprocessing.process import BaseProcess
     from multiprocessing.queues import Queue
+    from multiprocessing.synchronize import Event
 
 __all__ = [
     "EXIT_CODES", "SCENARIOS", "Action", "ExperimentError", "Scenario", "Step", "canonical_json",
@@ -267,89 +269,7 @@ def judge(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-# --- the worker: a child process, told everything by its arguments ---
-
-# A worker's report of one step: (its actor, the event, None), or (actor, None, the problem).
-_Report = tuple[str, dict[str, Any] | None, str | None]
-
-
-def _worker(
-    db_path: str,
-    fenced: bool,
-    actor: str,
-    script: Sequence[tuple[int, Step]],
-    released: "Queue[int]",
-    reports: "Queue[_Report]",
-    backstop: float,
-    engine: int,
-) -> None:
-    """Perform each (index, step) of `script` once the engine releases it; report each.
-
-    A failure is reported as text, since an arbitrary exception may not survive pickling.
-    `backstop` bounds each wait, in case the engine hangs; the engine's process `engine` gone,
-    the worker ends at once.  The worker removes nothing: the engine owns the scenario's folder.
-    """
-    # Stopping is the engine's: it kills its workers itself, so that Ctrl-C, sent to the whole
-    # process group, ends the run once, in one line.  The engine started this process with the
-    # stop signals held; one pending is dropped here.  SIGTERM stays fatal, but as an exit that
-    # unwinds, a transaction under way rolled back and the database closed.
-    for number in _STOP_SIGNALS:
-        signal.signal(number, _exit_on_sigterm if number == signal.SIGTERM else signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-    _serve(db_path, fenced, actor, script, released, reports, backstop, engine)
-    # The engine waits for a worker to be gone before it releases the next step: once the
-    # reports are flushed, skip the interpreter's own exit, which takes longer than the step.
-    os._exit(0)
-
-
-def _serve(
-    db_path: str,
-    fenced: bool,
-    actor: str,
-    script: Sequence[tuple[int, Step]],
-    released: "Queue[int]",
-    reports: "Queue[_Report]",
-    backstop: float,
-    engine: int,
-) -> None:
-    """The worker's work, up to its exit: each step of `script` performed and reported."""
-    try:
-        with LeaseAuthority(db_path) as authority, Receiver(db_path, fenced=fenced) as receiver:
-            lease = None
-            for _, step in script:
-                _wait_for_release(released, backstop, engine)
-                lease, event = _perform(step, lease, authority, receiver)
-                reports.put((actor, event, None))
-    except Exception as exc:  # noqa: BLE001 - whatever it was, the engine must hear of it
-        reports.put((actor, None, f"{type(exc).__name__}: {exc}"))
-    reports.close()
-    reports.join_thread()
-
-
-def _wait_for_release(released: "Queue[int]", backstop: float, engine: int) -> None:
-    """Wait until the engine releases the next step; TimeoutError after `backstop` seconds.
-
-    The wait is cut into slices of 0.1 s to notice, that soon, that the engine is gone (killed
-    outright, as by the OOM killer): this process then has a new parent, and ends at once, so
-    that it does not keep the caller's pipes open (`| cat` would wait for it).
-    """
-    deadline = time.monotonic() + backstop
-    while True:
-        try:
-            released.get(timeout=0.1)  # the index of the step: they come in order
-            return
-        except queue.Empty:
-            if os.getppid() != engine:
-                os._exit(EXIT_FAILED)  # nobody is left to read a report
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"not released within {backstop:g} s") from None
-
-
-def _exit_on_sigterm(number: int, frame: object) -> NoReturn:
-    raise SystemExit(EXIT_SIGNALLED + number)
-
-
-# --- the engine ---
+# --- the engine: scenarios played by spawned workers ---
 
 
 class ExperimentError(Exception):
@@ -365,14 +285,18 @@ class ExperimentError(Exception):
         return type(self), (self.scenario, self.step, self.problem)
 
 
+# A worker's report of one step: (its actor, the event, None), or (actor, None, the problem).
+_Report = tuple[str, dict[str, Any] | None, str | None]
+
+
 @dataclass(frozen=True)
 class _Play:
-    """A scenario ready to play: its database, and for each actor its worker, the Queue that
-    releases the worker's steps and the Queue the worker reports on."""
+    """A scenario ready to play: its database, one Event per step, and for each actor its
+    worker and the Queue it reports on."""
 
     scenario: Scenario
     db_path: str
-    released: dict[str, "Queue[int]"]
+    released: list["Event"]
     reports: dict[str, "Queue[_Report]"]
     workers: dict[str, "BaseProcess"]
 
@@ -391,74 +315,58 @@ def run_scenarios(
     _start_resource_tracker()
     with contextlib.ExitStack() as cleanup:
         folder = _scratch(cleanup, "leases-experiment-")
-        plays = [  # kept to the end: a worker still starting up needs its Queues to exist
+        plays = [  # kept to the end: a worker still starting up needs its Events to exist
             _start(scenario, os.path.join(folder, f"{number}.sqlite3"), context, backstop, cleanup)
             for number, scenario in enumerate(scenarios)
         ]
         return {"scenarios": [_play(play, timeout) for play in plays]}
 
 
-def _start(
-    scenario: Scenario,
-    db_path: str,
-    context: multiprocessing.context.SpawnContext,
-    backstop: float,
-    cleanup: contextlib.ExitStack,
-) -> _Play:
-    """Start the scenario's workers, each waiting for its first step; its first makes the file."""
-    # Workers start with the stop signals held, and keep them held until they ignore them.
-    with _held():
-        # A Queue, not an Event, releases each step: setting an Event waits for every process
-        # sleeping on it to wake, and one killed in its sleep never does.  A put never waits.
-        # Each worker reports on a Queue of its own: one killed as it wrote a report would
-        # hold a shared Queue's lock, and the next worker's report would never come.
-        released: dict[str, Queue[int]] = {actor: context.Queue() for actor in scenario.actors}
-        reports: dict[str, Queue[_Report]] = {actor: context.Queue() for actor in scenario.actors}
-        workers: dict[str, BaseProcess] = {}
-        for actor in scenario.actors:
-            script = [(i, step) for i, step in enumerate(scenario.steps) if step.actor == actor]
-            workers[actor] = context.Process(
-                target=_worker,
-                name=f"{scenario.name}:{actor}",
-                args=(db_path, scenario.fenced, actor, script, released[actor], reports[actor],
-                      backstop, os.getpid()),
-            )
-            cleanup.callback(_stop, workers[actor])  # runs before the folder is removed
-            workers[actor].start()  # inherits the hold; see _worker
-    return _Play(scenario, db_path, released, reports, workers)
-
-
-def _scratch(cleanup: contextlib.ExitStack, prefix: str) -> str:
-    """A new temporary folder, removed by `cleanup`."""
-    folder = tempfile.mkdtemp(prefix=prefix)
-    cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
-    return folder
-
-
-def _stop(process: "BaseProcess") -> None:
-    """Make sure a worker is gone, however its scenario ended: it has nothing to clean up."""
-    if process.pid is not None:
-        process.kill()
-        process.join(5.0)
+# --- the handshake: the engine's side, then the worker's ---
 
 
 def _play(play: _Play, timeout: float) -> dict[str, Any]:
-    """Release the scenario's steps one at a time; the record of what happened."""
+    """The choreography.  For each step in turn: set its Event, which releases it to its
+    worker; take the worker's report of it; and after the worker's last step, require that
+    it has exited with code 0, so that what it leaves behind is only what it committed.  The
+    next step is released only then.  Each wait is bounded by `timeout`."""
     events = []
     for index, step in enumerate(play.scenario.steps):
-        where = f"step {index} ({step})"
-        play.released[step.actor].put(index)
-        actor, event, problem = _report(play, step.actor, timeout)
-        if event is None:  # it failed, hung or died
-            raise ExperimentError(play.scenario.name, where, f"worker {actor}: {problem}")
+        worker = play.workers[step.actor]
+        problem = _release(play.released[index], worker, timeout)
+        if problem is None:
+            _, event, problem = _report(play, step.actor, timeout)
+        if problem is None and all(later.actor != step.actor
+                                   for later in play.scenario.steps[index + 1 :]):
+            problem = _exit_problem(worker, timeout)
+        if problem is not None:  # it failed, hung or died
+            raise ExperimentError(play.scenario.name, f"step {index} ({step})",
+                                  f"worker {step.actor}: {problem}")
+        assert event is not None
         events.append(event)
-        if all(later.actor != step.actor for later in play.scenario.steps[index + 1 :]):
-            # Its last step: the next is released only once this worker has exited, and
-            # cleanly, so that what it leaves behind is only what it committed.
-            problem = _exit_problem(play.workers[step.actor], timeout)
-            if problem is not None:
-                raise ExperimentError(play.scenario.name, where, f"worker {step.actor}: {problem}")
     return _record(play.scenario, play.db_path, events)
+
+
+def _release(released: "Event", worker: "BaseProcess", timeout: float) -> str | None:
+    """Set `released`: None, or why that did not happen within `timeout`.
+
+    Setting a multiprocessing Event waits until every process asleep on it has woken, and a
+    worker killed in its sleep never wakes.  So a thread of its own sets it, and the engine
+    waits for that thread in slices of 0.1 s, to notice, that soon, a stop that main() has
+    noted, or the worker dead.  A thread left waiting ends with the process.
+    """
+    setter = threading.Thread(target=released.set, daemon=True)
+    setter.start()
+    deadline = time.monotonic() + timeout
+    while True:
+        _stop_if_asked()
+        setter.join(min(0.1, timeout))
+        if not setter.is_alive():
+            return None
+        if not worker.is_alive():
+            return f"ended without a report, exit code {worker.exitcode}"
+        if time.monotonic() >= deadline:
+            return f"its step could not be released within {timeout:g} s"
 
 
 def _report(play: _Play, actor: str, timeout: float) -> _Report:
@@ -493,6 +401,121 @@ def _exit_problem(worker: "BaseProcess", timeout: float) -> str | None:
     if worker.exitcode != 0:
         return f"exited with code {worker.exitcode} after its last report"
     return None
+
+
+def _worker(
+    db_path: str,
+    fenced: bool,
+    actor: str,
+    script: Sequence[tuple[int, Step]],
+    released: Sequence["Event"],
+    reports: "Queue[_Report]",
+    backstop: float,
+    engine: int,
+) -> None:
+    """A worker process: perform each (index, step) of `script` once `released[index]` is set,
+    and report each on `reports`.
+
+    A failure is reported as text, since an arbitrary exception may not survive pickling.
+    `backstop` bounds each wait, in case the engine hangs; the engine's process `engine` gone,
+    the worker ends at once.  The worker removes nothing: the engine owns the scenario's folder.
+    """
+    # Stopping is the engine's: it kills its workers itself, so that Ctrl-C, sent to the whole
+    # process group, ends the run once, in one line.  The engine started this process with the
+    # stop signals held; one pending is dropped here.  SIGTERM stays fatal, but as an exit that
+    # unwinds, a transaction under way rolled back and the database closed.
+    for number in _STOP_SIGNALS:
+        signal.signal(number, _exit_on_sigterm if number == signal.SIGTERM else signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    _serve(db_path, fenced, actor, script, released, reports, backstop, engine)
+    # The engine waits for a worker to be gone before it releases the next step: once the
+    # reports are flushed, skip the interpreter's own exit, which takes longer than the step.
+    os._exit(0)
+
+
+def _serve(
+    db_path: str,
+    fenced: bool,
+    actor: str,
+    script: Sequence[tuple[int, Step]],
+    released: Sequence["Event"],
+    reports: "Queue[_Report]",
+    backstop: float,
+    engine: int,
+) -> None:
+    """The worker's work, up to its exit: each step of `script` performed and reported."""
+    try:
+        with LeaseAuthority(db_path) as authority, Receiver(db_path, fenced=fenced) as receiver:
+            lease = None
+            for index, step in script:
+                _wait_for_release(released[index], backstop, engine)
+                lease, event = _perform(step, lease, authority, receiver)
+                reports.put((actor, event, None))
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the engine must hear of it
+        reports.put((actor, None, f"{type(exc).__name__}: {exc}"))
+    reports.close()
+    reports.join_thread()
+
+
+def _wait_for_release(released: "Event", backstop: float, engine: int) -> None:
+    """Wait until the engine sets `released`; TimeoutError after `backstop` seconds.
+
+    The wait is cut into slices of 0.1 s to notice, that soon, that the engine is gone (killed
+    outright, as by the OOM killer): this process then has a new parent, and ends at once, so
+    that it does not keep the caller's pipes open (`| cat` would wait for it).
+    """
+    deadline = time.monotonic() + backstop
+    while not released.wait(0.1):
+        if os.getppid() != engine:
+            os._exit(EXIT_FAILED)  # nobody is left to read a report
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"not released within {backstop:g} s")
+
+
+def _exit_on_sigterm(number: int, frame: object) -> NoReturn:
+    raise SystemExit(EXIT_SIGNALLED + number)
+
+
+def _start(
+    scenario: Scenario,
+    db_path: str,
+    context: multiprocessing.context.SpawnContext,
+    backstop: float,
+    cleanup: contextlib.ExitStack,
+) -> _Play:
+    """Start the scenario's workers, each waiting for its first step; its first makes the file."""
+    # Workers start with the stop signals held, and keep them held until they ignore them.
+    with _held():
+        released = [context.Event() for _ in scenario.steps]
+        # Each worker reports on a Queue of its own: one killed as it wrote a report would
+        # hold a shared Queue's lock, and the next worker's report would never come.
+        reports: dict[str, Queue[_Report]] = {actor: context.Queue() for actor in scenario.actors}
+        workers: dict[str, BaseProcess] = {}
+        for actor in scenario.actors:
+            script = [(i, step) for i, step in enumerate(scenario.steps) if step.actor == actor]
+            workers[actor] = context.Process(
+                target=_worker,
+                name=f"{scenario.name}:{actor}",
+                args=(db_path, scenario.fenced, actor, script, released, reports[actor],
+                      backstop, os.getpid()),
+            )
+            cleanup.callback(_stop, workers[actor])  # runs before the folder is removed
+            workers[actor].start()  # inherits the hold; see _worker
+    return _Play(scenario, db_path, released, reports, workers)
+
+
+def _scratch(cleanup: contextlib.ExitStack, prefix: str) -> str:
+    """A new temporary folder, removed by `cleanup`."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _stop(process: "BaseProcess") -> None:
+    """Make sure a worker is gone, however its scenario ended: it has nothing to clean up."""
+    if process.pid is not None:
+        process.kill()
+        process.join(5.0)
 
 
 def _record(scenario: Scenario, db_path: str, events: list[dict[str, Any]]) -> dict[str, Any]:

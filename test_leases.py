@@ -1389,11 +1389,11 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
         with self.subTest("a step that does not report in time is named, its worker alive"):
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
-            # Kept to the end of the test: a worker still starting up needs its Queues to exist.
+            # Kept to the end of the test: a worker still starting up needs its Event to exist.
             slow_args = (os.path.join(folder.name, "slow.sqlite3"), True, "A", [(0, step)],
-                         SPAWN.Queue(), SPAWN.Queue(), TIMEOUT, os.getpid())
+                         [SPAWN.Event()], SPAWN.Queue(), TIMEOUT, os.getpid())
             worker = _start(self, run_experiment._worker, *slow_args)
-            slow = run_experiment._Play(Scenario("slow", True, "", (step,)), slow_args[0], {},
+            slow = run_experiment._Play(Scenario("slow", True, "", (step,)), slow_args[0], [],
                                         {"A": slow_args[5]}, {"A": worker})
             self.assertEqual(run_experiment._report(slow, "A", 0.001),
                              ("A", None, "no report within 0.001 s"))
@@ -1406,7 +1406,8 @@ class CommandLineTests(unittest.TestCase):
             reports: Queue[Any] = SPAWN.Queue()
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
             db_path = os.path.join(folder.name, "alone.sqlite3")
-            args = (db_path, True, "A", [(0, step)], SPAWN.Queue(), reports, 0.001, os.getpid())
+            args = (db_path, True, "A", [(0, step)], [SPAWN.Event()], reports, 0.001,
+                    os.getpid())
             worker = _start(self, run_experiment._worker, *args)
             worker.join(TIMEOUT)
 
@@ -1418,7 +1419,7 @@ class CommandLineTests(unittest.TestCase):
                         raise self.waits.pop()
                     return reports.get(timeout=timeout)
 
-            alone = run_experiment._Play(Scenario("alone", True, "", (step,)), db_path, {},
+            alone = run_experiment._Play(Scenario("alone", True, "", (step,)), db_path, [],
                                          {"A": Late()}, {"A": worker})  # type: ignore[dict-item]
             self.assertEqual(run_experiment._report(alone, "A", TIMEOUT),
                              ("A", None, "TimeoutError: not released within 0.001 s"))
@@ -1738,16 +1739,16 @@ class CommandLineTests(unittest.TestCase):
         exit_codes: list[dict[str, int | None]] = []  # the workers', as each step is released
         play = run_experiment._Play
 
-        class Watch:  # in the engine's hands, a worker's Queue of releases or the reports' Queue
+        class Watch:  # in the engine's hands, a step's Event, or a worker's Queue of reports
             def __init__(self, real: Any, workers: dict[str, BaseProcess]) -> None:
                 self.real, self.workers = real, workers
 
             def __getattr__(self, name: str) -> Any:  # the rest, as the real one does
                 return getattr(self.real, name)
 
-            def put(self, index: int) -> None:
+            def set(self) -> None:
                 exit_codes.append({actor: p.exitcode for actor, p in self.workers.items()})
-                self.real.put(index)
+                self.real.set()
 
             def get(self, timeout: float) -> Any:
                 reported = self.real.get(timeout=timeout)
@@ -1758,8 +1759,7 @@ class CommandLineTests(unittest.TestCase):
 
         def watched(scenario: Scenario, path: str, released: Any, reports: Any,
                     workers: Any) -> Any:
-            watched_released: Any = {actor: Watch(queue, workers)
-                                     for actor, queue in released.items()}
+            watched_released: Any = [Watch(event, workers) for event in released]
             watched_reports: Any = {actor: Watch(queue, workers) for actor, queue in reports.items()}
             return play(scenario, path, watched_released, watched_reports, workers)
 
