@@ -4,7 +4,9 @@ Each scenario in results.json has one ```mermaid sequence diagram, in order, und
 names it in backticks; its arrows and "tick N" notes carry the events.  Each cited test exists,
 each test is cited, "N tests" counts them.  | exit code | is EXIT_CODES, | field | the fields of
 results.json, | schedules with | a fresh exploration.  Python, sql and sh blocks run (the others
-are text or mermaid), and each | breakage | row, applied alone, fails the tests it names.
+are text or mermaid), and each | breakage | row, applied alone, fails the tests it names.  A sql
+or python block followed by a text block of "resource epoch [sequence] value -> answer" lines
+answers each as that line says, and as this library's fenced receiver does.
 """
 
 import ast
@@ -238,6 +240,8 @@ def run_example(line: int, language: str, text: str, after: str = "") -> str:
     else:  # each line a command, but for comments; a trailing backslash joins the next line
         commands = [["bash", "-c", command] for command in text.replace("\\\n", "").splitlines()
                     if command.strip() and not command.lstrip().startswith("#")]
+    if language == "python" and after:
+        return run_python(where, folder, after)
     for command in commands:
         returncode, output = _run(command, folder)
         if returncode != 0:
@@ -248,9 +252,8 @@ def run_example(line: int, language: str, text: str, after: str = "") -> str:
 
 
 def run_sql(where: str, script: str, attempts: str) -> str:
-    """Run `script` on SQLite; with `attempts` ("resource epoch value -> answer" lines, the
-    text block after it), once per line with those :parameters, its last row the answer,
-    which must also be what this library's fenced receiver answers to the same writes."""
+    """Run `script` on SQLite; with `attempts` (the text block after it), once per line with
+    its :parameters in one BEGIN IMMEDIATE transaction, its last row the answer."""
     if not attempts:
         sqlite3.connect(":memory:").executescript(script)  # an error is a drift
         return f"{where} runs on SQLite"
@@ -261,20 +264,60 @@ def run_sql(where: str, script: str, attempts: str) -> str:
             statements.append(pending)
             pending = ""
     database = sqlite3.connect(":memory:", isolation_level=None)
-    receiver = importlib.import_module("leases").Receiver(os.path.join(_copy(), "r.sqlite3"))
-    for line in attempts.splitlines():
-        attempt, said = line.rsplit(" -> ", 1)
-        resource, epoch, value = attempt.split(" ", 2)
-        names = {"resource": resource, "epoch": int(epoch), "value": value}
+    answers, tried = [], _attempts(attempts, sequenced=":sequence" in script)
+    for _, names, _ in tried:
         database.execute("BEGIN IMMEDIATE")
-        answer = [database.execute(statement, names).fetchall() for statement in statements]
+        rows = [database.execute(statement, names).fetchall() for statement in statements]
         database.execute("COMMIT")
-        library = receiver.write(resource, int(epoch), value).outcome.value
-        if (answer[-1] or [[None]])[0][0] != said or library != said:
-            raise Drift(f"{where}, for {attempt!r}: README says {said!r}, the SQL "
-                        f"{answer[-1]!r}, the library's receiver {library!r}")
-    receiver.close()
+        answers.append((rows[-1] or [[None]])[0][0])
+    _agree(where, tried, answers, "the SQL")
     return f"{where} answers as README and the library's receiver do, {len(statements)} statements"
+
+
+def run_python(where: str, folder: str, attempts: str) -> str:
+    """Run the block; its output must be `attempts`, line for line, each answered as the
+    library's receiver answers it."""
+    returncode, output = _run([sys.executable, "readme_example.py"], folder)
+    if returncode != 0:
+        last = (output.strip().splitlines() or ["no output"])[-1]
+        raise Drift(f"{where} exits {returncode}: {last}")
+    lines = output.strip().splitlines()
+    if lines != attempts.strip().splitlines():
+        raise Drift(f"{where} prints {lines!r}, not the text block after it")
+    answers = [line.rsplit(" -> ", 1)[1] for line in lines]
+    _agree(where, _attempts(attempts, sequenced=False), answers, "the code")
+    return f"{where} prints the text block after it, as the library's receiver answers"
+
+
+def _attempts(text: str, *, sequenced: bool) -> list[tuple[str, dict[str, Any], str]]:
+    """Each "resource epoch [sequence] value -> answer" line: the attempt, its :parameters
+    and the answer README gives."""
+    attempts = []
+    for line in text.strip().splitlines():
+        attempt, said = line.rsplit(" -> ", 1)
+        fields = attempt.split(" ", 3 if sequenced else 2)
+        names: dict[str, Any] = {"resource": fields[0], "epoch": int(fields[1]),
+                                 "value": fields[-1]}
+        if sequenced:
+            names["sequence"] = int(fields[2])
+        attempts.append((attempt, names, said))
+    return attempts
+
+
+def _agree(where: str, tried: list[tuple[str, dict[str, Any], str]], answers: list[Any],
+           shown: str) -> None:
+    """Drift unless each answer is README's and the library's fenced receiver's.  A pair
+    (epoch, sequence) goes to the receiver as one number that orders as the pair does."""
+    receiver = importlib.import_module("leases").Receiver(os.path.join(_copy(), "r.sqlite3"))
+    try:
+        for (attempt, names, said), answer in zip(tried, answers):
+            epoch = names["epoch"] << 32 | names.get("sequence", 0)
+            library = receiver.write(names["resource"], epoch, names["value"]).outcome.value
+            if answer != said or library != said:
+                raise Drift(f"{where}, for {attempt!r}: README says {said!r}, {shown} "
+                            f"{answer!r}, the library's receiver {library!r}")
+    finally:
+        receiver.close()
 
 
 def check_breakage(line: int, row: dict[str, str]) -> str:
@@ -325,7 +368,7 @@ def main() -> int:
         jobs: list[functools.partial[str] | Drift] = [functools.partial(c, readme) for c in checks]
         following = [*readme.blocks[1:], (0, "", "")]
         jobs += [functools.partial(run_example, line, language, text,
-                                   after[2] if language == "sql" and after[1] == "text" else "")
+                                   after[2] if after[1] == "text" else "")
                  for (line, language, text), after in zip(readme.blocks, following)
                  if language not in ("text", "mermaid")]
         try:
