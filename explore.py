@@ -3,7 +3,7 @@
 A bound is H holders that all run one program of steps (acquire, renew, check, write,
 release), one ttl, and the ticks 0..T.  A schedule is an order of the holders' steps and the
 tick of each, refused steps included.  Each step is played through the scenario workers' own
-code (run_experiment._perform) on the real authority and on three receivers in its file: the
+code (run_experiment.perform) on the real authority and on three receivers in its file: the
 model's fenced and unfenced receivers, and AskingReceiver, a contrast that is NOT the model's
 receiver.
 
@@ -42,49 +42,47 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from leases import BUSY_TIMEOUT_SECONDS, Lease, LeaseAuthority, Receiver, is_live
+from leases import (
+    BUSY_TIMEOUT_SECONDS,
+    Lease,
+    LeaseAuthority,
+    Outcome,
+    Receiver,
+    is_live,
+)
 from run_experiment import (
+    CLASSES,
     EXIT_DIFFERENT,
     EXIT_OK,
     RESOURCE,
     SHARED_EXIT_CODES,
     Action,
+    Answer,
+    Event,
     Step,
-    _event,
+    Write,
     _note,
     _output_target,
     _parser,
-    _perform,
     _publish,
     _scratch,
     _stop_if_asked,
-    _write,
     canonical_json,
+    classes,
     command,
     judge,
+    perform,
     timeline,
+    write,
 )
 
-__all__ = ["CHECKS", "CLASSES", "EXIT_CODES", "KINDS", "RECEIVERS", "AskingReceiver", "Bound",
+__all__ = ["CHECKS", "EXIT_CODES", "PLACES", "RECEIVERS", "AskingReceiver", "Bound", "Move",
+           "Record", "State",
            "explore", "main"]
 
 # Each step writes to all three; "asking" is AskingReceiver, the contrast, not the model's.
 RECEIVERS = ("fenced", "unfenced", "asking")
-# Each class of schedule, and what it is: harm (a superseded epoch applied), protection (one
-# refused), or neither.  "newest" is the highest epoch the authority has granted so far.
-KINDS = {
-    "lost update": "harm",  # applied below the epoch the receiver held: a newer value lost
-    "stale refused": "protection",  # refused: a higher epoch was stored (or, asking, granted)
-    "gap": "harm",  # applied below the newest epoch, over nothing newer: not a lost update
-    "late, not superseded": "neither",  # applied after its lease expired, at the newest epoch
-    "replay": "neither",  # the same epoch and value again: nothing to do
-    "conflict": "neither",  # the same epoch, another value: the holder's own write refused
-    "late refused, not superseded": "neither",  # the cost of asking: late, nobody took over
-    "clean": "neither",  # none of the above
-}
-CLASSES = tuple(KINDS)[:-1]
 _FIELDS = ("outcome", "epoch", "expires_at", "value", "stored_epoch", "stored_value")
-_REFUSED = ("stale", "conflict", "not live")
 
 
 @dataclass(frozen=True)
@@ -167,29 +165,30 @@ def _played(step: Step, lease: Lease | None, objects: Sequence[Any]) -> tuple[An
     and the event at each receiver (one event three times, unless it writes)."""
     authority, fenced, unfenced, asking = objects
     try:
-        kept, event = _perform(step, lease, authority, fenced)
+        kept, event = perform(step, lease, authority, fenced)
     except Exception as exc:  # noqa: BLE001 - a broken library: an answer no model gives
         return lease, [_raised(step, exc)] * 3
     if step.action is not Action.WRITE or lease is None:
         return kept, [event] * 3
     held, value = lease, step.value
 
-    def ask() -> dict[str, Any]:
+    def ask() -> Event:
         outcome, *stored = asking.write(RESOURCE, held.epoch, value, now=step.tick)
-        return _event(step, outcome, held.epoch, None, value, (stored[0], stored[1]))
+        return Event(step.actor, step.action, step.tick, outcome, held.epoch, None, value,
+                     *stored)
 
-    return kept, [event, _guarded(step, lambda: _write(step, held, unfenced)), _guarded(step, ask)]
+    return kept, [event, _guarded(step, lambda: write(step, held, unfenced)), _guarded(step, ask)]
 
 
-def _guarded(step: Step, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _guarded(step: Step, call: Callable[[], Event]) -> Event:
     try:
         return call()
     except Exception as exc:  # noqa: BLE001 - as in _played
         return _raised(step, exc)
 
 
-def _raised(step: Step, exc: Exception) -> dict[str, Any]:
-    return _event(step, f"raised {type(exc).__name__}: {exc}")
+def _raised(step: Step, exc: Exception) -> Event:
+    return Event.of(step, f"raised {type(exc).__name__}: {exc}")
 
 
 class Record(NamedTuple):
@@ -216,7 +215,7 @@ class Move(NamedTuple):
     h: int
     step: Step
     held: Lease | None  # the lease the holder stepped with
-    events: list[dict[str, Any]]  # the answer at each of RECEIVERS (one answer three times,
+    events: list[Event]  # the answer at each of RECEIVERS (one answer three times,
     # unless it writes)
     kept: Lease | None  # the lease the holder keeps
 
@@ -230,15 +229,16 @@ _AUTHORITY = ("authority",)
 def fence(move: Move) -> tuple[str, ...]:
     """The fenced receiver applied an epoch no higher than one it applied before."""
     first = move.events[0]
-    failed = (_writes(move) and first["outcome"] == "applied"
-              and first["epoch"] <= move.before.highest_fenced)
+    failed = (_writes(move) and first.outcome == Outcome.APPLIED
+              and first.epoch is not None and first.epoch <= move.before.highest_fenced)
     return ("fenced",) if failed else ()
 
 
 def epochs_increase(move: Move) -> tuple[str, ...]:
     """A grant's epoch is no higher than one granted before."""
     first = move.events[0]
-    failed = first["outcome"] == "granted" and first["epoch"] <= move.before.newest
+    failed = (first.outcome == Answer.GRANTED and first.epoch is not None
+              and first.epoch <= move.before.newest)
     return _AUTHORITY if failed else ()
 
 
@@ -255,15 +255,15 @@ def stored_pair(move: Move) -> tuple[str, ...]:
         return ()
     return tuple(receiver for receiver, event, now in zip(RECEIVERS, move.events,
                                                           move.after.stored)
-                 if not event["outcome"].startswith("raised")
-                 and (event["stored_epoch"], event["stored_value"]) != (now or (None, None)))
+                 if not event.outcome.startswith("raised")
+                 and (event.stored_epoch, event.stored_value) != (now or (None, None)))
 
 
 def model(move: Move) -> tuple[str, ...]:
     """An answer, or the lease the holder keeps, is not what the rules say from the record."""
     answers, kept = _model(move.before, move.step, move.held)
     wrong = tuple(receiver for receiver, answer, event in zip(RECEIVERS, answers, move.events)
-                  if answer != tuple(event[field] for field in _FIELDS))
+                  if answer != tuple(getattr(event, field) for field in _FIELDS))
     if kept != _fields(move.kept) or (wrong and not _writes(move)):
         return (*_AUTHORITY, *(wrong if _writes(move) else ()))
     return wrong
@@ -275,7 +275,7 @@ CHECKS: dict[str, Callable[[Move], tuple[str, ...]]] = {
     "stored pair": stored_pair, "model": model,
 }
 # Each flag a step can raise: a class at a receiver, or a check failed at a place.
-_FLAGS = (*(f"{receiver} {name}" for receiver in RECEIVERS for name in CLASSES),
+_FLAGS = (*(f"{receiver} {cls.name}" for receiver in RECEIVERS for cls in CLASSES),
           *((check, place) for check in CHECKS for place in PLACES))
 
 
@@ -284,43 +284,39 @@ def _writes(move: Move) -> bool:
 
 
 def _classes(move: Move) -> list[bool]:
-    """The classes of CLASSES that `move` shows, at each of RECEIVERS in turn."""
-    writes, record, mine = _writes(move), move.before, move.before.leases[move.h]
-    late = mine is not None and not is_live(mine[1], now=move.step.tick)
-    shown = []
-    for event, pair in zip(move.events, record.stored):
-        outcome, epoch = event["outcome"], event["epoch"]
-        applied, refused = writes and outcome == "applied", writes and outcome in _REFUSED
-        lost = applied and pair is not None and epoch < pair[0]
-        # What was stored, the newest grant and lateness are the record's, never the rows'.
-        shown += [lost, refused and outcome == "stale",
-                  applied and not lost and epoch < record.newest,
-                  applied and epoch == record.newest and late, writes and outcome == "replay",
-                  refused and outcome == "conflict", refused and epoch == record.newest and late]
-    return shown
+    """Whether `move` falls in each of CLASSES, at each of RECEIVERS in turn: judged by the
+    scenarios' own rules, on the record (the newest grant, what each receiver last applied,
+    the holder's lease), never on the rows."""
+    held = move.before.leases[move.h]
+    if not _writes(move) or held is None:
+        return [False] * (len(CLASSES) * len(RECEIVERS))
+    return [found for event, pair in zip(move.events, move.before.stored)
+            for found in classes(Write(event, move.before.newest,
+                                       None if pair is None else pair[0], held[1]))]
 
 
 def _recorded(record: Record, h: int, step: Step, held: Lease | None,
-              events: list[dict[str, Any]]) -> Record:
+              events: list[Event]) -> Record:
     """The record after `step`: from the record and the answers, never from the database."""
     first, writes = events[0], step.action is Action.WRITE and held is not None
-    outcome, epoch, expires = first["outcome"], first["epoch"], first["expires_at"]
+    outcome, epoch, expires = first.outcome, first.epoch or 0, first.expires_at or 0
     lease, leases = record.lease, record.leases
-    if outcome in ("granted", "renewed"):
+    if outcome in (Answer.GRANTED, Answer.RENEWED):
         lease, leases = (step.actor, epoch, expires), _put(leases, h, (epoch, expires))
-    elif outcome in ("released", "lost"):
+    elif outcome in (Answer.RELEASED, Answer.LOST):
         leases = _put(leases, h, None)
-        lease = (None, *lease[1:]) if outcome == "released" and lease is not None else lease
-    stored = tuple((event["epoch"], event["value"]) if writes and event["outcome"] == "applied"
+        if outcome == Answer.RELEASED and lease is not None:
+            lease = (None, *lease[1:])
+    stored = tuple((event.epoch, event.value) if writes and event.outcome == Outcome.APPLIED
                    else pair for event, pair in zip(events, record.stored))
-    fenced_applied = writes and outcome == "applied"
-    return Record(max(record.newest, epoch) if outcome == "granted" else record.newest, lease,
-                  leases, stored,
+    fenced_applied = writes and outcome == Outcome.APPLIED
+    return Record(max(record.newest, epoch) if outcome == Answer.GRANTED else record.newest,
+                  lease, leases, stored,  # type: ignore[arg-type]  # an applied write has both
                   max(record.highest_fenced, epoch) if fenced_applied else record.highest_fenced)
 
 
 def _judged(record: Record, h: int, step: Step, held: Lease | None,
-            events: list[dict[str, Any]], kept: Lease | None) -> tuple[int, Record]:
+            events: list[Event], kept: Lease | None) -> tuple[int, Record]:
     """The flags a step raises (its classes at each receiver, then the checks it fails), and
     the record after it."""
     after = _recorded(record, h, step, held, events)
@@ -629,7 +625,8 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
         for bit, (ticks, holders) in smallest.items():  # each played again, from the start
             bench.at = start.content
             steps_events = [events for _, events in _walk(bound, bench.stand_ins, ticks, holders)]
-            witnesses[bit] = (ticks, holders), [list(run) for run in zip(*steps_events)]
+            witnesses[bit] = (ticks, holders), [[event.as_json() for event in run]
+                                                for run in zip(*steps_events)]
         return ends, states, transitions, bench.played, witnesses
     finally:
         bench.close()
@@ -682,7 +679,8 @@ def _brute_force(bound: Bound, folder: str, progress: _Progress) -> _Found:
                     prefixes.add(reach)
                     for bit in _bits(raised):
                         if bit not in smallest or reach < smallest[bit][0]:
-                            smallest[bit] = reach, [list(run) for run in runs]
+                            smallest[bit] = reach, [[event.as_json() for event in run]
+                                                    for run in runs]
                     flags |= raised
             finally:
                 for store in objects:
@@ -760,9 +758,9 @@ def _table(bound: Bound, ends: Counter[int], states: int, played: int, calls: in
             "asking": "not the model's receiver: explore.AskingReceiver, which asks the "
                       "authority inside its own write transaction",
         },
-        "kinds": KINDS,
+        "kinds": {**{cls.name: cls.kind for cls in CLASSES}, "clean": "neither"},
         "classes": {
-            receiver: {**{name: having(r * width + c) for c, name in enumerate(CLASSES)},
+            receiver: {**{cls.name: having(r * width + c) for c, cls in enumerate(CLASSES)},
                        "clean": schedules - having(*range(r * width, (r + 1) * width))}
             for r, receiver in enumerate(RECEIVERS)
         },
@@ -864,7 +862,8 @@ def _explored(table: dict[str, Any], seconds: float) -> tuple[int, str]:
         shown = [(f"the first schedule failing {failed[0]!r}", place, events)
                  for place, events in table["failures"][failed[0]].items()]
     for title, receiver, events in shown:
-        verdict = judge([e for e in events if not e["outcome"].startswith("raised")])
+        verdict = judge([Event.from_json(e) for e in events
+                         if not e["outcome"].startswith("raised")])
         lines.append(timeline({"name": title, "receiver": receiver, "events": events,
                                "verdict": verdict}))
     return (EXIT_DIFFERENT if failed else EXIT_OK), "\n".join(lines)

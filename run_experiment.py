@@ -25,15 +25,23 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
-from leases import Lease, LeaseAuthority, LeaseHeld, LeaseLost, Receiver
+from leases import (
+    Lease,
+    LeaseAuthority,
+    LeaseHeld,
+    LeaseLost,
+    Outcome,
+    Receiver,
+    is_live,
+)
 
 if TYPE_CHECKING:  # only for annotations: the spawn context makes the real objects
     import argparse
     from multiprocessing.process import BaseProcess
     from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Event
+    from multiprocessing.synchronize import Event as MPEvent
 
 __all__ = [
     "EXIT_CODES", "SCENARIOS", "Action", "ExperimentError", "Scenario", "Step", "canonical_json",
@@ -164,9 +172,59 @@ SCENARIOS = (
 # --- one step, as the engine's workers and explore.py perform it ---
 
 
+class Answer(str, enum.Enum):
+    """What the authority, or the actor's own state, answered a step that is not a write."""
+
+    GRANTED = "granted"  # acquire: a new lease, at the next epoch
+    HELD = "held"  # acquire: refused, another lease is live (its epoch and expiry are given)
+    RENEWED = "renewed"  # renew: the lease now expires at tick + ttl
+    LIVE = "live"  # check: the actor's lease is the live one
+    RELEASED = "released"  # release: given back
+    LOST = "lost"  # renew, check or release: the lease is no longer the live one
+    NO_LEASE = "no lease"  # the actor holds no lease, so the step is not sent at all
+
+
+@dataclass(frozen=True)
+class Event:
+    """One step as the evidence records it: what the actor did, at which tick, and the answer.
+
+    `outcome` is an Answer, the receiver's Outcome for a write, or (explore.py only) another
+    receiver's answer.  The fields that do not apply are None: `expires_at` belongs to a
+    lease's answer, `value` and the stored pair to a write's.
+    """
+
+    actor: str
+    action: Action
+    tick: int
+    outcome: str
+    epoch: int | None = None
+    expires_at: int | None = None
+    value: str | None = None
+    stored_epoch: int | None = None
+    stored_value: str | None = None
+
+    @classmethod
+    def of(cls, step: Step, outcome: str, epoch: int | None = None,
+           expires_at: int | None = None) -> "Event":
+        """The event of `step`, answered `outcome`, about the lease at `epoch`."""
+        return cls(step.actor, step.action, step.tick, outcome, epoch, expires_at)
+
+    def as_json(self) -> dict[str, Any]:
+        """The event as results.json holds it: every field present, null where it does not
+        apply, and the action and outcome as their text."""
+        return {"actor": self.actor, "action": self.action.value, "tick": self.tick,
+                "epoch": self.epoch, "expires_at": self.expires_at, "value": self.value,
+                "outcome": getattr(self.outcome, "value", self.outcome),
+                "stored_epoch": self.stored_epoch, "stored_value": self.stored_value}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Event":
+        return cls(**{**data, "action": Action(data["action"])})
+
+
 def _perform(
     step: Step, lease: Lease | None, authority: LeaseAuthority, receiver: Receiver
-) -> tuple[Lease | None, dict[str, Any]]:
+) -> tuple[Lease | None, Event]:
     """Perform `step` for an actor holding `lease`; its lease afterwards, and the event.
 
     An actor knows only what it was told: a refused acquisition leaves its lease as it was, a
@@ -178,93 +236,151 @@ def _perform(
         try:
             lease = authority.acquire(RESOURCE, step.actor, now=step.tick, ttl=step.ttl)
         except LeaseHeld as held:
-            return lease, _event(step, "held", held.lease.epoch, held.lease.expires_at)
-        return lease, _event(step, "granted", lease.epoch, lease.expires_at)
+            return lease, Event.of(step, Answer.HELD, held.lease.epoch, held.lease.expires_at)
+        return lease, Event.of(step, Answer.GRANTED, lease.epoch, lease.expires_at)
     if lease is None:  # it never got one, lost it, or gave it back
-        return None, _event(step, "no lease")
+        return None, Event.of(step, Answer.NO_LEASE)
     if step.action is Action.WRITE:
-        return lease, _write(step, lease, receiver)
+        return lease, write(step, lease, receiver)
     if step.action is Action.CHECK:  # a transaction of its own: a takeover may follow at once
         current = authority.current(RESOURCE, now=step.tick)
         if current is None or (current.epoch, current.holder) != (lease.epoch, lease.holder):
-            return None, _event(step, "lost", lease.epoch)
-        return lease, _event(step, "live", lease.epoch, current.expires_at)
+            return None, Event.of(step, Answer.LOST, lease.epoch)
+        return lease, Event.of(step, Answer.LIVE, lease.epoch, current.expires_at)
     try:
         if step.action is Action.RENEW:
             assert step.ttl is not None  # Step checked it
             lease = authority.renew(lease, now=step.tick, ttl=step.ttl)
-            return lease, _event(step, "renewed", lease.epoch, lease.expires_at)
+            return lease, Event.of(step, Answer.RENEWED, lease.epoch, lease.expires_at)
         authority.release(lease)
-        return None, _event(step, "released", lease.epoch)
+        return None, Event.of(step, Answer.RELEASED, lease.epoch)
     except LeaseLost:
-        return None, _event(step, "lost", lease.epoch)
+        return None, Event.of(step, Answer.LOST, lease.epoch)
 
 
-def _write(step: Step, lease: Lease, receiver: Receiver) -> dict[str, Any]:
-    """Send the value of a write `step` to `receiver`, with the epoch of `lease`."""
+def perform(
+    step: Step, lease: Lease | None, authority: LeaseAuthority, receiver: Receiver
+) -> tuple[Lease | None, Event]:
+    """Perform `step` for an actor holding `lease`, as a scenario's worker does: the lease
+    the actor keeps, and the event.  explore.py plays every step through this."""
+    return _perform(step, lease, authority, receiver)
+
+
+def write(step: Step, lease: Lease, receiver: Any) -> Event:
+    """Send the value of a write `step` to `receiver` (a Receiver, or any object whose
+    `write(resource, epoch, value)` answers as one does), with the epoch of `lease`."""
     assert step.value is not None  # Step checked it
     result = receiver.write(RESOURCE, lease.epoch, step.value)
-    stored = (result.stored_epoch, result.stored_value)
-    return _event(step, result.outcome.value, result.epoch, None, result.value, stored)
+    return Event(step.actor, step.action, step.tick, result.outcome, result.epoch, None,
+                 result.value, result.stored_epoch, result.stored_value)
 
 
-def _event(
-    step: Step,
-    outcome: str,
-    epoch: int | None = None,
-    expires_at: int | None = None,
-    value: str | None = None,
-    stored: tuple[int | None, str | None] = (None, None),
-) -> dict[str, Any]:
-    """One step as the evidence records it: every field present, null where it does not apply."""
-    return {"actor": step.actor, "action": step.action.value, "tick": step.tick,
-            "epoch": epoch, "expires_at": expires_at, "value": value, "outcome": outcome,
-            "stored_epoch": stored[0], "stored_value": stored[1]}
+# --- the judge: each class of a write, written once, for the scenarios and explore.py ---
 
 
-def judge(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
+class Write(NamedTuple):
+    """A write as the judge sees it when it is answered: the event, and what came before."""
+
+    event: Event
+    newest: int  # the highest epoch the authority had granted
+    stored: int | None  # the epoch the receiver had last applied, or None: nothing yet
+    expires_at: int  # the expiry of the writer's lease, as the authority last answered it
+
+    @property
+    def applied(self) -> bool:
+        return self.event.outcome == Outcome.APPLIED
+
+    @property
+    def superseded(self) -> bool:  # a higher epoch has been granted
+        assert self.event.epoch is not None
+        return self.event.epoch < self.newest
+
+    @property
+    def late(self) -> bool:  # the writer's lease had expired
+        return not is_live(self.expires_at, now=self.event.tick)
+
+    @property
+    def below_stored(self) -> bool:  # the receiver had applied a higher epoch
+        assert self.event.epoch is not None
+        return self.stored is not None and self.event.epoch < self.stored
+
+
+@dataclass(frozen=True)
+class Class:
+    """A class of write: its name (explore.py's column), what it is in README's words, whether
+    it is harm, protection or neither, the verdict field of results.json that counts it (None:
+    the explorer's only), and its rule.  Each is written here once; the scenarios' verdict and
+    the explorer use them."""
+
+    name: str
+    says: str
+    kind: str
+    field: str | None
+    rule: Callable[[Write], bool]
+
+
+# Refused at explore.AskingReceiver too: "not live" is its answer to a late write.
+_REFUSED = (Outcome.STALE, Outcome.CONFLICT, "not live")
+
+CLASSES = (
+    Class("lost update", "a lower epoch applied over a higher one", "harm",
+          "newer_write_overwritten_by_older_epoch", lambda w: w.applied and w.below_stored),
+    Class("stale refused", "a lower epoch refused", "protection", "stale_writes_refused",
+          lambda w: w.event.outcome == Outcome.STALE),
+    Class("superseded applied", "applied below the newest grant", "harm",
+          "write_with_superseded_epoch_applied", lambda w: w.applied and w.superseded),
+    Class("gap", "superseded applied, not a lost update", "harm", None,
+          lambda w: w.applied and w.superseded and not w.below_stored),
+    Class("late applied", "applied at or after its lease's expiry", "neither",
+          "write_after_lease_expiry_applied", lambda w: w.applied and w.late),
+    Class("late, not superseded", "late applied, no newer grant", "neither", None,
+          lambda w: w.applied and w.late and not w.superseded),
+    Class("replay", "the same epoch and value again", "neither", None,
+          lambda w: w.event.outcome == Outcome.REPLAY),
+    Class("conflict", "the same epoch, another value: refused", "neither",
+          "conflicting_writes_refused", lambda w: w.event.outcome == Outcome.CONFLICT),
+    Class("late refused, not superseded", "refused after expiry, no newer grant", "neither",
+          None, lambda w: w.event.outcome in _REFUSED and w.late and not w.superseded),
+)
+# The verdict's counted fields; the others say whether it happened at all.
+_COUNTED = ("stale_writes_refused", "conflicting_writes_refused")
+
+
+def classes(write: Write) -> list[bool]:
+    """Whether `write` falls in each of CLASSES, in their order."""
+    return [cls.rule(write) for cls in CLASSES]
+
+
+def judge(events: Sequence[Event]) -> dict[str, Any]:
     """The verdict on a run, from its events alone: what went wrong, if anything, and who won.
 
     `because` holds, for each field, the indices (into `events`) of the events that made it
     what it is, so that every field can be checked against the events by hand.  An applied
     write whose actor was never granted a lease is malformed: ValueError names it.
     """
-    because: dict[str, list[int]] = {
-        "write_with_superseded_epoch_applied": [],  # applied below the newest granted epoch
-        "write_after_lease_expiry_applied": [],  # applied at or after its writer's expiry tick
-        "newer_write_overwritten_by_older_epoch": [],  # applied below the stored epoch
-        "stale_writes_refused": [],
-        "conflicting_writes_refused": [],
-        "final_value_written_by": [],  # the applied write that left the final value stored
-    }
-    refused = {"stale": "stale_writes_refused", "conflict": "conflicting_writes_refused"}
+    fields = [cls.field for cls in CLASSES if cls.field is not None]
+    because: dict[str, list[int]] = {field: [] for field in (*fields, "final_value_written_by")}
     expires_at: dict[str, int] = {}  # each actor's latest lease
-    newest_epoch = 0  # the highest epoch the authority has granted so far
-    stored_epoch = None  # what the receiver held before the write at hand
+    newest, stored = 0, None  # the highest epoch granted; the epoch last applied
     for index, event in enumerate(events):
-        if event["outcome"] in ("granted", "renewed"):
-            expires_at[event["actor"]] = event["expires_at"]
-            newest_epoch = max(newest_epoch, event["epoch"])
-        elif event["outcome"] == "applied":
-            if event["actor"] not in expires_at:
+        if event.outcome in (Answer.GRANTED, Answer.RENEWED):
+            assert event.epoch is not None and event.expires_at is not None
+            expires_at[event.actor] = event.expires_at
+            newest = max(newest, event.epoch)
+        elif event.action is Action.WRITE and event.outcome != Answer.NO_LEASE:
+            if event.actor not in expires_at:
                 raise ValueError(f"event {index} {event!r}: a write by an actor with no lease")
-            if event["epoch"] < newest_epoch:
-                because["write_with_superseded_epoch_applied"].append(index)
-            if event["tick"] >= expires_at[event["actor"]]:
-                because["write_after_lease_expiry_applied"].append(index)
-            if stored_epoch is not None and event["epoch"] < stored_epoch:
-                because["newer_write_overwritten_by_older_epoch"].append(index)
-            # Only an applied write changes what is stored, so the latest one left it there.
-            because["final_value_written_by"] = [index]
-        elif event["outcome"] in refused:
-            because[refused[event["outcome"]]].append(index)
-        if event["stored_epoch"] is not None:
-            stored_epoch = event["stored_epoch"]
+            write = Write(event, newest, stored, expires_at[event.actor])
+            for cls, found in zip(CLASSES, classes(write)):
+                if found and cls.field is not None:
+                    because[cls.field].append(index)
+            if write.applied:  # only an applied write changes what is stored
+                stored, because["final_value_written_by"] = event.epoch, [index]
     final = because["final_value_written_by"]
     return {
-        **{field: bool(because[field]) for field in list(because)[:3]},
-        **{field: len(because[field]) for field in refused.values()},
-        "final_value_written_by": events[final[0]]["actor"] if final else None,
+        **{field: len(because[field]) if field in _COUNTED else bool(because[field])
+           for field in fields},
+        "final_value_written_by": events[final[0]].actor if final else None,
         "because": because,
     }
 
@@ -286,7 +402,7 @@ class ExperimentError(Exception):
 
 
 # A worker's report of one step: (its actor, the event, None), or (actor, None, the problem).
-_Report = tuple[str, dict[str, Any] | None, str | None]
+_Report = tuple[str, Event | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -296,7 +412,7 @@ class _Play:
 
     scenario: Scenario
     db_path: str
-    released: list["Event"]
+    released: list["MPEvent"]
     reports: dict[str, "Queue[_Report]"]
     workers: dict[str, "BaseProcess"]
 
@@ -347,7 +463,7 @@ def _play(play: _Play, timeout: float) -> dict[str, Any]:
     return _record(play.scenario, play.db_path, events)
 
 
-def _release(released: "Event", worker: "BaseProcess", timeout: float) -> str | None:
+def _release(released: "MPEvent", worker: "BaseProcess", timeout: float) -> str | None:
     """Set `released`: None, or why that did not happen within `timeout`.
 
     Setting a multiprocessing Event waits until every process asleep on it has woken, and a
@@ -408,7 +524,7 @@ def _worker(
     fenced: bool,
     actor: str,
     script: Sequence[tuple[int, Step]],
-    released: Sequence["Event"],
+    released: Sequence["MPEvent"],
     reports: "Queue[_Report]",
     backstop: float,
     engine: int,
@@ -438,7 +554,7 @@ def _serve(
     fenced: bool,
     actor: str,
     script: Sequence[tuple[int, Step]],
-    released: Sequence["Event"],
+    released: Sequence["MPEvent"],
     reports: "Queue[_Report]",
     backstop: float,
     engine: int,
@@ -457,7 +573,7 @@ def _serve(
     reports.join_thread()
 
 
-def _wait_for_release(released: "Event", backstop: float, engine: int) -> None:
+def _wait_for_release(released: "MPEvent", backstop: float, engine: int) -> None:
     """Wait until the engine sets `released`; TimeoutError after `backstop` seconds.
 
     The wait is cut into slices of 0.1 s to notice, that soon, that the engine is gone (killed
@@ -518,7 +634,7 @@ def _stop(process: "BaseProcess") -> None:
         process.join(5.0)
 
 
-def _record(scenario: Scenario, db_path: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+def _record(scenario: Scenario, db_path: str, events: list[Event]) -> dict[str, Any]:
     with Receiver(db_path, fenced=scenario.fenced) as receiver:
         decisions = receiver.decisions(RESOURCE)
         final = receiver.read(RESOURCE)
@@ -529,7 +645,7 @@ def _record(scenario: Scenario, db_path: str, events: list[dict[str, Any]]) -> d
         "receiver": "fenced" if scenario.fenced else "unfenced",
         "summary": scenario.summary,
         "resource": RESOURCE,
-        "events": events,
+        "events": [event.as_json() for event in events],
         "decisions": [
             {"outcome": d.outcome.value, "epoch": d.epoch, "value": d.value,
              "stored_epoch": d.stored_epoch, "stored_value": d.stored_value}
@@ -550,9 +666,10 @@ def canonical_json(document: object) -> str:
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=True) + "\n"
 
 
-def timeline(record: dict[str, Any]) -> str:
-    """A few lines a person can read at a glance: who did what at which tick, and the result."""
-    lines = [f"{record['name']} ({record['receiver']} receiver)"]
+def timeline(record: dict[str, Any], where: str | None = None) -> str:
+    """A few lines a person can read at a glance: who did what at which tick, and the result.
+    `where` says whose answers they are (by default, the record's receiver's)."""
+    lines = [f"{record['name']} ({where or record['receiver'] + ' receiver'})"]
     for event in record["events"]:
         if event["stored_epoch"] is not None:
             held = f"epoch {event['stored_epoch']}, {event['stored_value']!r}"
@@ -572,7 +689,8 @@ def timeline(record: dict[str, Any]) -> str:
         f"  final value written by {verdict['final_value_written_by']}; stale writes refused: "
         f"{verdict['stale_writes_refused']}, conflicting: {verdict['conflicting_writes_refused']}"
     )
-    lines.extend(f"  true: {field}" for field, value in verdict.items() if value is True)
+    lines.extend(f"  {cls.name}: {cls.says} ({cls.field})" for cls in CLASSES
+                 if cls.field is not None and verdict.get(cls.field) is True)
     return "\n".join(lines)
 
 

@@ -28,6 +28,7 @@ import leases
 import run_experiment
 from run_experiment import Action
 
+NAMES = [cls.name for cls in run_experiment.CLASSES]  # the classes of a write, in order
 HERE = os.path.dirname(os.path.realpath(__file__))
 TIMEOUT = 60.0  # bounds a hung run; no test waits for it to pass
 
@@ -88,10 +89,11 @@ class CountingTests(unittest.TestCase):
         table = _tables()["takeover"]
         self.assertEqual((table["schedules"], table["states"]), (30, 53))
         self.assertEqual(
-            {receiver: [counts[name] for name in (*explore.CLASSES, "clean")]
+            {receiver: [counts[name] for name in (*NAMES, "clean")]
              for receiver, counts in table["classes"].items()},
-            {"fenced": [0, 2, 2, 8, 0, 0, 0, 18], "unfenced": [2, 0, 2, 8, 0, 0, 0, 18],
-             "asking": [0, 4, 0, 0, 0, 0, 8, 18]},
+            {"fenced": [0, 2, 2, 2, 10, 8, 0, 0, 0, 18],
+             "unfenced": [2, 0, 4, 2, 12, 8, 0, 0, 0, 18],
+             "asking": [0, 4, 0, 0, 0, 0, 0, 0, 8, 18]},
         )
         self.assertEqual(set(table["kinds"].values()), {"harm", "protection", "neither"})
 

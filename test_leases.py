@@ -36,7 +36,7 @@ from unittest import mock
 
 if TYPE_CHECKING:  # only for annotations: the context makes the real objects
     from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Event
+    from multiprocessing.synchronize import Event as MPEvent
 
 import leases
 import run_experiment
@@ -50,7 +50,16 @@ from leases import (
     Receiver,
     WriteResult,
 )
-from run_experiment import Action, ExperimentError, Scenario, Step, judge, run_scenarios
+from run_experiment import (
+    Action,
+    Answer,
+    Event,
+    ExperimentError,
+    Scenario,
+    Step,
+    judge,
+    run_scenarios,
+)
 
 T = TypeVar("T")
 HERE = os.path.dirname(os.path.realpath(__file__))
@@ -74,7 +83,7 @@ def _job(
     function: Callable[..., Any],
     args: tuple[Any, ...],
     ready: "Queue[int]",
-    start: "Event",
+    start: "MPEvent",
     results: "Queue[ChildResult]",
 ) -> None:
     """Report ready, wait for the common start, run `function(*args)` and report its result."""
@@ -115,7 +124,7 @@ def _take_over_and_write(db_path: str, now: int) -> Lease:
 
 
 def _pause_before(
-    store: LeaseAuthority | Receiver, statement: str, reached: "Event", resume: "Event"
+    store: LeaseAuthority | Receiver, statement: str, reached: "MPEvent", resume: "MPEvent"
 ) -> None:
     """Stop `store`'s next statement that starts with `statement`: set `reached`, await `resume`.
 
@@ -133,7 +142,7 @@ def _pause_before(
 
 
 def _acquire_pausing(
-    db_path: str, holder: str, now: int, statement: str, reached: "Event", resume: "Event"
+    db_path: str, holder: str, now: int, statement: str, reached: "MPEvent", resume: "MPEvent"
 ) -> Acquisition:
     with LeaseAuthority(db_path) as authority:
         _pause_before(authority, statement, reached, resume)
@@ -144,20 +153,20 @@ def _acquire_pausing(
 
 
 def _write_pausing(
-    db_path: str, epoch: int, value: str, statement: str, reached: "Event", resume: "Event"
+    db_path: str, epoch: int, value: str, statement: str, reached: "MPEvent", resume: "MPEvent"
 ) -> WriteResult:
     with Receiver(db_path) as receiver:
         _pause_before(receiver, statement, reached, resume)
         return receiver.write(RESOURCE, epoch, value)
 
 
-def _set() -> "Event":
+def _set() -> "MPEvent":
     event = SPAWN.Event()
     event.set()
     return event
 
 
-def _open_while_created(path: str, reading: "Event") -> str:
+def _open_while_created(path: str, reading: "MPEvent") -> str:
     """Open a Receiver on `path`, saying when it comes to read the file."""
     real = leases._check_tables
 
@@ -557,18 +566,14 @@ def _serving_then(exit_code: int, *args: Any) -> None:
     os._exit(exit_code)
 
 
-def _acquired(actor: str, tick: int, epoch: int, expires_at: int) -> dict[str, Any]:
-    return {"actor": actor, "action": "acquire", "tick": tick, "epoch": epoch,
-            "expires_at": expires_at, "value": None, "outcome": "granted",
-            "stored_epoch": None, "stored_value": None}
+def _acquired(actor: str, tick: int, epoch: int, expires_at: int) -> Event:
+    return Event(actor, Action.ACQUIRE, tick, Answer.GRANTED, epoch, expires_at)
 
 
 def _wrote(
-    actor: str, tick: int, epoch: int, value: str, outcome: str, stored: tuple[int, str]
-) -> dict[str, Any]:
-    return {"actor": actor, "action": "write", "tick": tick, "epoch": epoch,
-            "expires_at": None, "value": value, "outcome": outcome,
-            "stored_epoch": stored[0], "stored_value": stored[1]}
+    actor: str, tick: int, epoch: int, value: str, outcome: Outcome, stored: tuple[int, str]
+) -> Event:
+    return Event(actor, Action.WRITE, tick, outcome, epoch, None, value, *stored)
 
 
 def _story(record: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -685,48 +690,48 @@ class ScenarioTests(unittest.TestCase):
         # Above, expiry and takeover come together.  The verdict judges each on its own: every
         # field, true and false, on small event lists, with the events that made it so.
         a1, b2 = _acquired("A", 0, 1, 10), _acquired("B", 5, 2, 15)
-        renewed = {**_acquired("A", 9, 1, 19), "action": "renew", "outcome": "renewed"}
+        renewed = Event("A", Action.RENEW, 9, Answer.RENEWED, 1, 19)
         cases = {
             "expiry without takeover": (
-                [a1, _wrote("A", 10, 1, "x", "applied", (1, "x"))],
+                [a1, _wrote("A", 10, 1, "x", Outcome.APPLIED, (1, "x"))],
                 {"write_after_lease_expiry_applied": [1], "final_value_written_by": [1]},
             ),
             "a renewal moves the expiry": (
-                [a1, renewed, _wrote("A", 10, 1, "x", "applied", (1, "x"))],
+                [a1, renewed, _wrote("A", 10, 1, "x", Outcome.APPLIED, (1, "x"))],
                 {"final_value_written_by": [2]},
             ),
             "takeover without expiry of the writer (A released early)": (
-                [a1, b2, _wrote("A", 6, 1, "x", "applied", (1, "x"))],
+                [a1, b2, _wrote("A", 6, 1, "x", Outcome.APPLIED, (1, "x"))],
                 {"write_with_superseded_epoch_applied": [2], "final_value_written_by": [2]},
             ),
             "the same value from two actors: the applied one is final": (
-                [a1, b2, _wrote("B", 6, 2, "x", "applied", (2, "x")),
-                 _wrote("A", 7, 1, "x", "stale", (2, "x"))],
+                [a1, b2, _wrote("B", 6, 2, "x", Outcome.APPLIED, (2, "x")),
+                 _wrote("A", 7, 1, "x", Outcome.STALE, (2, "x"))],
                 {"stale_writes_refused": [3], "final_value_written_by": [2]},
             ),
             "a newer write overwritten by an older epoch": (
-                [a1, b2, _wrote("B", 6, 2, "y", "applied", (2, "y")),
-                 _wrote("A", 7, 1, "x", "applied", (1, "x"))],
+                [a1, b2, _wrote("B", 6, 2, "y", Outcome.APPLIED, (2, "y")),
+                 _wrote("A", 7, 1, "x", Outcome.APPLIED, (1, "x"))],
                 {"write_with_superseded_epoch_applied": [3],
                  "newer_write_overwritten_by_older_epoch": [3], "final_value_written_by": [3]},
             ),
             "a conflict and a replay": (
-                [a1, _wrote("A", 1, 1, "x", "applied", (1, "x")),
-                 _wrote("A", 2, 1, "y", "conflict", (1, "x")),
-                 _wrote("A", 3, 1, "x", "replay", (1, "x"))],
+                [a1, _wrote("A", 1, 1, "x", Outcome.APPLIED, (1, "x")),
+                 _wrote("A", 2, 1, "y", Outcome.CONFLICT, (1, "x")),
+                 _wrote("A", 3, 1, "x", Outcome.REPLAY, (1, "x"))],
                 {"conflicting_writes_refused": [2], "final_value_written_by": [1]},
             ),
             "the same epoch rewritten, unfenced: no older epoch overwrote a newer one": (
-                [a1, _wrote("A", 1, 1, "x", "applied", (1, "x")),
-                 _wrote("A", 2, 1, "y", "applied", (1, "y"))],
+                [a1, _wrote("A", 1, 1, "x", Outcome.APPLIED, (1, "x")),
+                 _wrote("A", 2, 1, "y", Outcome.APPLIED, (1, "y"))],
                 {"final_value_written_by": [2]},
             ),
             "a write before a later takeover was not superseded yet": (
-                [a1, _wrote("A", 4, 1, "x", "applied", (1, "x")), b2],
+                [a1, _wrote("A", 4, 1, "x", Outcome.APPLIED, (1, "x")), b2],
                 {"final_value_written_by": [1]},
             ),
             "an actor that acquires again is judged by its latest lease": (
-                [a1, _acquired("A", 10, 2, 20), _wrote("A", 15, 2, "x", "applied", (2, "x"))],
+                [a1, _acquired("A", 10, 2, 20), _wrote("A", 15, 2, "x", Outcome.APPLIED, (2, "x"))],
                 {"final_value_written_by": [2]},
             ),
             "nothing applied": ([a1], {}),
@@ -735,7 +740,7 @@ class ScenarioTests(unittest.TestCase):
             with self.subTest(case=case):
                 self.assertEqual(judge(events)["because"], {**judge([])["because"], **because})
         with self.assertRaisesRegex(ValueError, r"event 0 .* a write by an actor with no lease"):
-            judge([_wrote("C", 1, 1, "x", "applied", (1, "x"))])
+            judge([_wrote("C", 1, 1, "x", Outcome.APPLIED, (1, "x"))])
 
 
 class AuthorityTests(unittest.TestCase):
@@ -1361,13 +1366,12 @@ class CommandLineTests(unittest.TestCase):
         with self.subTest("a timeline shows every kind of step at a glance"):
             a, b = Step("A", Action.ACQUIRE, 0, ttl=10), Step("B", Action.ACQUIRE, 5, ttl=10)
             late = Step("A", Action.WRITE, 10, value="x")
-            shown = [run_experiment._event(a, "granted", 1, 10),
-                      run_experiment._event(b, "held", 1, 10),
-                      run_experiment._event(late, "applied", 1, None, "x", (1, "x")),
-                      run_experiment._event(Step("A", Action.RELEASE, 11), "released", 1),
-                      run_experiment._event(Step("A", Action.CHECK, 12), "no lease")]
-            record = {"name": "own", "receiver": "fenced", "events": shown,
-                      "verdict": judge(shown)}
+            shown = [Event.of(a, Answer.GRANTED, 1, 10), Event.of(b, Answer.HELD, 1, 10),
+                     _wrote("A", late.tick, 1, "x", Outcome.APPLIED, (1, "x")),
+                     Event.of(Step("A", Action.RELEASE, 11), Answer.RELEASED, 1),
+                     Event.of(Step("A", Action.CHECK, 12), Answer.NO_LEASE)]
+            record = {"name": "own", "receiver": "fenced",
+                      "events": [event.as_json() for event in shown], "verdict": judge(shown)}
             self.assertEqual(run_experiment.timeline(record).split("\n"), [
                 "own (fenced receiver)",
                 "  tick  0  A  acquire  epoch 1   granted   lease until tick 10",
@@ -1376,7 +1380,8 @@ class CommandLineTests(unittest.TestCase):
                 "  tick 11  A  release  epoch 1   released",
                 "  tick 12  A  check              no lease",
                 "  final value written by A; stale writes refused: 0, conflicting: 0",
-                "  true: write_after_lease_expiry_applied",
+                ("  late applied: applied at or after its lease's expiry "
+                 "(write_after_lease_expiry_applied)"),
             ])
         with self.subTest("a hung step is named, and leaves no worker and no folder"):
             # Scenarios play in order, and no spawned interpreter starts within a millisecond,
@@ -1754,7 +1759,7 @@ class CommandLineTests(unittest.TestCase):
                 reported = self.real.get(timeout=timeout)
                 if reported[1] is not None:
                     event = reported[1]
-                    events.append([event["epoch"], event["expires_at"], event["outcome"]])
+                    events.append([event.epoch, event.expires_at, event.outcome])
                 return reported
 
         def watched(scenario: Scenario, path: str, released: Any, reports: Any,
