@@ -61,17 +61,17 @@ from run_experiment import (
     Event,
     Step,
     Write,
-    _note,
-    _output_target,
-    _parser,
-    _publish,
-    _scratch,
-    _stop_if_asked,
     canonical_json,
     classes,
     command,
     judge,
+    make_parser,
+    note,
+    output_target,
     perform,
+    publish,
+    scratch,
+    stop_if_asked,
     timeline,
     write,
 )
@@ -526,7 +526,7 @@ def explore(
     empty database of its own: the same table, the states aside.
     """
     with contextlib.ExitStack() as cleanup:
-        folder = _scratch(cleanup, "leases-explore-")
+        folder = scratch(cleanup, "leases-explore-")
         if gc.isenabled():  # what the search keeps only grows: collecting it is wasted time
             gc.disable()
             cleanup.callback(gc.enable)
@@ -591,7 +591,7 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
             for done, ((content, tick, positions, beliefs, record), ((ticks, holders), counts)) in (
                     enumerate(layer.items())):
                 for h, later in _next(bound, tick, positions):
-                    _stop_if_asked()
+                    stop_if_asked()
                     move = (content, h, positions[h], later, beliefs[h], record)
                     if move not in known:
                         bench.at, step = content, bound.step(h, positions[h], later)
@@ -619,7 +619,7 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
             layer, states = following, states + len(following)
         ends: Counter[int] = Counter()
         for _, counts in layer.values():
-            _stop_if_asked()
+            stop_if_asked()
             ends.update(counts)
         witnesses = {}
         for bit, (ticks, holders) in smallest.items():  # each played again, from the start
@@ -638,7 +638,7 @@ def _walk(bound: Bound, objects: Sequence[Any], ticks: tuple[int, ...],
     positions, beliefs, record = [0] * bound.holders, [None] * bound.holders, Record.empty(
         bound.holders)
     for tick, h in zip(ticks, holders):
-        _stop_if_asked()
+        stop_if_asked()
         step, held = bound.step(h, positions[h], tick), beliefs[h]
         beliefs[h], events = _played(step, held, objects)
         raised, record = _judged(record, h, step, held, events, beliefs[h])
@@ -782,7 +782,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: the exit code, one of EXIT_CODES."""
-    parser = _parser(
+    parser = make_parser(
         "explore.py",
         "Play every schedule of a bound on the real authority, the model's fenced and\n"
         "unfenced receivers and a contrast receiver that asks the authority (not the\n"
@@ -812,14 +812,14 @@ def _main(args: argparse.Namespace) -> int:
     given = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
              "program": args.program and tuple(map(Action, args.program))}
     bound = Bound(**{name: value for name, value in given.items() if value is not None})
-    target = None if args.output is None else _output_target(args.output)
+    target = None if args.output is None else output_target(args.output)
     if target is not None:  # found now, not once the whole exploration is lost
         _check_writable(target)
     started = time.monotonic()
-    table = explore(bound, progress=_note)
-    _stop_if_asked()
+    table = explore(bound, progress=note)
+    stop_if_asked()
     code, report = _explored(table, time.monotonic() - started)
-    _publish(target, canonical_json(table), report)
+    publish(target, canonical_json(table), report)
     return code
 
 

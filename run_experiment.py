@@ -43,9 +43,18 @@ if TYPE_CHECKING:  # only for annotations: the spawn context makes the real obje
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Event as MPEvent
 
-__all__ = [
-    "EXIT_CODES", "SCENARIOS", "Action", "ExperimentError", "Scenario", "Step", "canonical_json",
-    "differences", "judge", "main", "run_scenarios", "timeline",
+__all__ = [  # noqa: RUF022 - grouped by who uses them, sorted within
+    # the model, the evidence and the command line
+    "CLASSES", "EXIT_CODES", "SCENARIOS", "Action", "Answer", "Class", "Event", "ExperimentError",
+    "Scenario", "Step", "Write", "canonical_json", "classes", "differences", "judge", "main",
+    "run_scenarios", "timeline",
+    # what explore.py shares: one step, and the command line's plumbing
+    "EXIT_DIFFERENT", "EXIT_OK", "MISSING", "RESOURCE", "SHARED_EXIT_CODES", "STOP_SIGNALS",
+    "command", "make_parser", "note", "output_target", "perform", "publish", "scratch",
+    "stop_if_asked", "write",
+    # seams of the engine, public for the suite, which breaks and watches each of them
+    "Play", "Report", "exit_problem", "holding_signals", "noted_stops", "release", "run_worker",
+    "serve", "start_resource_tracker", "take_report",
 ]
 
 RESOURCE = "quarterly-report"
@@ -222,10 +231,11 @@ class Event:
         return cls(**{**data, "action": Action(data["action"])})
 
 
-def _perform(
+def perform(
     step: Step, lease: Lease | None, authority: LeaseAuthority, receiver: Receiver
 ) -> tuple[Lease | None, Event]:
     """Perform `step` for an actor holding `lease`; its lease afterwards, and the event.
+    The workers perform every step through this, and so does explore.py.
 
     An actor knows only what it was told: a refused acquisition leaves its lease as it was, a
     lost renewal, a failed check or a release leaves it none, and a write goes out with
@@ -256,14 +266,6 @@ def _perform(
         return None, Event.of(step, Answer.RELEASED, lease.epoch)
     except LeaseLost:
         return None, Event.of(step, Answer.LOST, lease.epoch)
-
-
-def perform(
-    step: Step, lease: Lease | None, authority: LeaseAuthority, receiver: Receiver
-) -> tuple[Lease | None, Event]:
-    """Perform `step` for an actor holding `lease`, as a scenario's worker does: the lease
-    the actor keeps, and the event.  explore.py plays every step through this."""
-    return _perform(step, lease, authority, receiver)
 
 
 def write(step: Step, lease: Lease, receiver: Any) -> Event:
@@ -370,11 +372,11 @@ def judge(events: Sequence[Event]) -> dict[str, Any]:
         elif event.action is Action.WRITE and event.outcome != Answer.NO_LEASE:
             if event.actor not in expires_at:
                 raise ValueError(f"event {index} {event!r}: a write by an actor with no lease")
-            write = Write(event, newest, stored, expires_at[event.actor])
-            for cls, found in zip(CLASSES, classes(write)):
+            answered = Write(event, newest, stored, expires_at[event.actor])
+            for cls, found in zip(CLASSES, classes(answered)):
                 if found and cls.field is not None:
                     because[cls.field].append(index)
-            if write.applied:  # only an applied write changes what is stored
+            if answered.applied:  # only an applied write changes what is stored
                 stored, because["final_value_written_by"] = event.epoch, [index]
     final = because["final_value_written_by"]
     return {
@@ -402,18 +404,18 @@ class ExperimentError(Exception):
 
 
 # A worker's report of one step: (its actor, the event, None), or (actor, None, the problem).
-_Report = tuple[str, Event | None, str | None]
+Report = tuple[str, Event | None, str | None]
 
 
 @dataclass(frozen=True)
-class _Play:
+class Play:
     """A scenario ready to play: its database, one Event per step, and for each actor its
     worker and the Queue it reports on."""
 
     scenario: Scenario
     db_path: str
     released: list["MPEvent"]
-    reports: dict[str, "Queue[_Report]"]
+    reports: dict[str, "Queue[Report]"]
     workers: dict[str, "BaseProcess"]
 
 
@@ -428,9 +430,9 @@ def run_scenarios(
     """
     backstop = timeout * (sum(len(s.steps) + 1 for s in scenarios) + 1)
     context = multiprocessing.get_context("spawn")
-    _start_resource_tracker()
+    start_resource_tracker()
     with contextlib.ExitStack() as cleanup:
-        folder = _scratch(cleanup, "leases-experiment-")
+        folder = scratch(cleanup, "leases-experiment-")
         plays = [  # kept to the end: a worker still starting up needs its Events to exist
             _start(scenario, os.path.join(folder, f"{number}.sqlite3"), context, backstop, cleanup)
             for number, scenario in enumerate(scenarios)
@@ -441,7 +443,7 @@ def run_scenarios(
 # --- the handshake: the engine's side, then the worker's ---
 
 
-def _play(play: _Play, timeout: float) -> dict[str, Any]:
+def _play(play: Play, timeout: float) -> dict[str, Any]:
     """The choreography.  For each step in turn: set its Event, which releases it to its
     worker; take the worker's report of it; and after the worker's last step, require that
     it has exited with code 0, so that what it leaves behind is only what it committed.  The
@@ -449,12 +451,12 @@ def _play(play: _Play, timeout: float) -> dict[str, Any]:
     events = []
     for index, step in enumerate(play.scenario.steps):
         worker = play.workers[step.actor]
-        problem = _release(play.released[index], worker, timeout)
+        problem = release(play.released[index], worker, timeout)
         if problem is None:
-            _, event, problem = _report(play, step.actor, timeout)
+            _, event, problem = take_report(play, step.actor, timeout)
         if problem is None and all(later.actor != step.actor
                                    for later in play.scenario.steps[index + 1 :]):
-            problem = _exit_problem(worker, timeout)
+            problem = exit_problem(worker, timeout)
         if problem is not None:  # it failed, hung or died
             raise ExperimentError(play.scenario.name, f"step {index} ({step})",
                                   f"worker {step.actor}: {problem}")
@@ -463,7 +465,7 @@ def _play(play: _Play, timeout: float) -> dict[str, Any]:
     return _record(play.scenario, play.db_path, events)
 
 
-def _release(released: "MPEvent", worker: "BaseProcess", timeout: float) -> str | None:
+def release(released: "MPEvent", worker: "BaseProcess", timeout: float) -> str | None:
     """Set `released`: None, or why that did not happen within `timeout`.
 
     Setting a multiprocessing Event waits until every process asleep on it has woken, and a
@@ -475,7 +477,7 @@ def _release(released: "MPEvent", worker: "BaseProcess", timeout: float) -> str 
     setter.start()
     deadline = time.monotonic() + timeout
     while True:
-        _stop_if_asked()
+        stop_if_asked()
         setter.join(min(0.1, timeout))
         if not setter.is_alive():
             return None
@@ -485,7 +487,7 @@ def _release(released: "MPEvent", worker: "BaseProcess", timeout: float) -> str 
             return f"its step could not be released within {timeout:g} s"
 
 
-def _report(play: _Play, actor: str, timeout: float) -> _Report:
+def take_report(play: Play, actor: str, timeout: float) -> Report:
     """The next report, or one saying why none came: within `timeout`, or from a dead worker.
 
     The wait is cut into slices of 0.1 s to notice, that soon, a stop that main() has noted,
@@ -493,7 +495,7 @@ def _report(play: _Play, actor: str, timeout: float) -> _Report:
     """
     worker, deadline = play.workers[actor], time.monotonic() + timeout
     while True:
-        _stop_if_asked()
+        stop_if_asked()
         try:
             return play.reports[actor].get(timeout=min(0.1, timeout))
         except queue.Empty:
@@ -503,14 +505,14 @@ def _report(play: _Play, actor: str, timeout: float) -> _Report:
                 return actor, None, f"no report within {timeout:g} s"
 
 
-def _exit_problem(worker: "BaseProcess", timeout: float) -> str | None:
+def exit_problem(worker: "BaseProcess", timeout: float) -> str | None:
     """None once `worker` has exited with code 0; else, within `timeout`, why it did not.
 
-    The wait is cut into slices of 0.1 s, as _report's is, to notice a noted stop that soon.
+    The wait is cut into slices of 0.1 s, as take_report's is, to notice a noted stop that soon.
     """
     deadline = time.monotonic() + timeout
     while worker.exitcode is None:
-        _stop_if_asked()
+        stop_if_asked()
         worker.join(min(0.1, timeout))
         if worker.exitcode is None and time.monotonic() >= deadline:
             return f"did not exit within {timeout:g} s of its last report"
@@ -519,13 +521,13 @@ def _exit_problem(worker: "BaseProcess", timeout: float) -> str | None:
     return None
 
 
-def _worker(
+def run_worker(
     db_path: str,
     fenced: bool,
     actor: str,
     script: Sequence[tuple[int, Step]],
     released: Sequence["MPEvent"],
-    reports: "Queue[_Report]",
+    reports: "Queue[Report]",
     backstop: float,
     engine: int,
 ) -> None:
@@ -540,22 +542,22 @@ def _worker(
     # process group, ends the run once, in one line.  The engine started this process with the
     # stop signals held; one pending is dropped here.  SIGTERM stays fatal, but as an exit that
     # unwinds, a transaction under way rolled back and the database closed.
-    for number in _STOP_SIGNALS:
+    for number in STOP_SIGNALS:
         signal.signal(number, _exit_on_sigterm if number == signal.SIGTERM else signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-    _serve(db_path, fenced, actor, script, released, reports, backstop, engine)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    serve(db_path, fenced, actor, script, released, reports, backstop, engine)
     # The engine waits for a worker to be gone before it releases the next step: once the
     # reports are flushed, skip the interpreter's own exit, which takes longer than the step.
     os._exit(0)
 
 
-def _serve(
+def serve(
     db_path: str,
     fenced: bool,
     actor: str,
     script: Sequence[tuple[int, Step]],
     released: Sequence["MPEvent"],
-    reports: "Queue[_Report]",
+    reports: "Queue[Report]",
     backstop: float,
     engine: int,
 ) -> None:
@@ -565,7 +567,7 @@ def _serve(
             lease = None
             for index, step in script:
                 _wait_for_release(released[index], backstop, engine)
-                lease, event = _perform(step, lease, authority, receiver)
+                lease, event = perform(step, lease, authority, receiver)
                 reports.put((actor, event, None))
     except Exception as exc:  # noqa: BLE001 - whatever it was, the engine must hear of it
         reports.put((actor, None, f"{type(exc).__name__}: {exc}"))
@@ -598,29 +600,29 @@ def _start(
     context: multiprocessing.context.SpawnContext,
     backstop: float,
     cleanup: contextlib.ExitStack,
-) -> _Play:
+) -> Play:
     """Start the scenario's workers, each waiting for its first step; its first makes the file."""
     # Workers start with the stop signals held, and keep them held until they ignore them.
-    with _held():
+    with holding_signals():
         released = [context.Event() for _ in scenario.steps]
         # Each worker reports on a Queue of its own: one killed as it wrote a report would
         # hold a shared Queue's lock, and the next worker's report would never come.
-        reports: dict[str, Queue[_Report]] = {actor: context.Queue() for actor in scenario.actors}
+        reports: dict[str, Queue[Report]] = {actor: context.Queue() for actor in scenario.actors}
         workers: dict[str, BaseProcess] = {}
         for actor in scenario.actors:
             script = [(i, step) for i, step in enumerate(scenario.steps) if step.actor == actor]
             workers[actor] = context.Process(
-                target=_worker,
+                target=run_worker,
                 name=f"{scenario.name}:{actor}",
                 args=(db_path, scenario.fenced, actor, script, released, reports[actor],
                       backstop, os.getpid()),
             )
             cleanup.callback(_stop, workers[actor])  # runs before the folder is removed
-            workers[actor].start()  # inherits the hold; see _worker
-    return _Play(scenario, db_path, released, reports, workers)
+            workers[actor].start()  # inherits the hold; see run_worker
+    return Play(scenario, db_path, released, reports, workers)
 
 
-def _scratch(cleanup: contextlib.ExitStack, prefix: str) -> str:
+def scratch(cleanup: contextlib.ExitStack, prefix: str) -> str:
     """A new temporary folder, removed by `cleanup`."""
     folder = tempfile.mkdtemp(prefix=prefix)
     cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
@@ -694,7 +696,7 @@ def timeline(record: dict[str, Any], where: str | None = None) -> str:
     return "\n".join(lines)
 
 
-_MISSING = object()
+MISSING = object()
 
 
 def differences(
@@ -705,13 +707,13 @@ def differences(
         for key in sorted(expected.keys() | actual.keys()):
             step = f".{key}" if key.isidentifier() else f"[{json.dumps(key)}]"
             yield from differences(
-                expected.get(key, _MISSING), actual.get(key, _MISSING), path + step
+                expected.get(key, MISSING), actual.get(key, MISSING), path + step
             )
     elif isinstance(expected, list) and isinstance(actual, list):
         for i in range(max(len(expected), len(actual))):
             yield from differences(
-                expected[i] if i < len(expected) else _MISSING,
-                actual[i] if i < len(actual) else _MISSING,
+                expected[i] if i < len(expected) else MISSING,
+                actual[i] if i < len(actual) else MISSING,
                 f"{path}[{i}]",
             )
     # type() as well as ==, because in Python true == 1 and 1 == 1.0, but not in the evidence.
@@ -728,7 +730,7 @@ def _meaning_first(path: str) -> int:
 
 def _shown(value: object, limit: int = 70) -> str:
     try:
-        text = "(missing)" if value is _MISSING else json.dumps(value, sort_keys=True)
+        text = "(missing)" if value is MISSING else json.dumps(value, sort_keys=True)
     except RecursionError:  # parsed at the parser's limit, it is too deep for the encoder
         text = "[...]" if isinstance(value, list) else "{...}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -745,7 +747,7 @@ EXIT_UNEXPECTED = 70  # EX_SOFTWARE of sysexits.h: not 1, which says what the ru
 EXIT_SIGNALLED = 128  # plus the signal's number, the shell's convention: Ctrl-C is 130
 
 # The signals that stop a run as Ctrl-C does: a closed terminal, Ctrl-C, kill.
-_STOP_SIGNALS: tuple[int, ...] = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS: tuple[int, ...] = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
 _SHOWN_DIFFERENCES = 10
 
 # The exit codes every command of this project shares, after its own 0, 1 and 3.
@@ -757,7 +759,7 @@ SHARED_EXIT_CODES: tuple[tuple[int, str], ...] = (
                        "one line on stderr naming it")),
     *((EXIT_SIGNALLED + number, (f"stopped by {signal.Signals(number).name}: workers stopped, "
                                  "temporary folders removed, --output untouched"))
-      for number in _STOP_SIGNALS),
+      for number in STOP_SIGNALS),
 )
 # Every exit code and its meaning, exactly as --help prints them and README lists them.
 EXIT_CODES: tuple[tuple[int, str], ...] = tuple(sorted((
@@ -773,35 +775,41 @@ class _UsageError(Exception):
     """Bad arguments or files: exit 2 with one line."""
 
 
-# command() notes each stop signal here, and the run stops at its next wait (_stop_if_asked),
+# command() notes each stop signal here, and the run stops at its next wait (stop_if_asked),
 # so that a stop never lands in the middle of making or removing something.
 _STOPPED: list[int] = []
 
 
-def _stop_if_asked() -> None:
+def noted_stops() -> tuple[int, ...]:
+    """The stop signals command() has noted in this run, in order: public, so that a program
+    that calls main() in its own process (the test suite) can heed a Ctrl-C noted there."""
+    return tuple(_STOPPED)
+
+
+def stop_if_asked() -> None:
     """End the run here, as Ctrl-C does, if a stop signal has been noted."""
     if _STOPPED:
         raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
-def _held() -> Iterator[None]:
+def holding_signals() -> Iterator[None]:
     """Hold the stop signals back while the block runs; processes started in it inherit the hold."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def _start_resource_tracker() -> None:
+def start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker, which removes the semaphores behind Events
     and Queues, with the stop signals held: it keeps the hold, so that a stop sent to the whole
     process group spares it.  (Started by the first Event instead, it would let SIGINT and
     SIGTERM through again in the middle of a held block, to the workers started next.)"""
     from multiprocessing import resource_tracker
 
-    with _held():
+    with holding_signals():
         resource_tracker.ensure_running()
 
 
@@ -813,14 +821,14 @@ def command(prog: str, run: Callable[[], int]) -> int:
     with one line and 128 plus its number.  One noted after the run changes nothing.
     """
     _STOPPED.clear()
-    for number in _STOP_SIGNALS:
+    for number in STOP_SIGNALS:
         if signal.getsignal(number) is not signal.SIG_IGN:
             signal.signal(number, lambda number, frame: _STOPPED.append(number))
     try:
         return run()
     except KeyboardInterrupt:
         number = _STOPPED[0] if _STOPPED else signal.SIGINT
-        _note(f"{prog}: stopped by {signal.Signals(number).name}; every worker was stopped, "
+        note(f"{prog}: stopped by {signal.Signals(number).name}; every worker was stopped, "
               "every temporary folder removed, and --output left untouched")
         return EXIT_SIGNALLED + number
     except BrokenPipeError:  # the reader has gone (| true): end quietly, as json.tool does
@@ -828,14 +836,14 @@ def command(prog: str, run: Callable[[], int]) -> int:
     except (OSError, _UsageError) as exc:  # a file, a folder, or stdout
         where = getattr(exc, "filename", None)
         where = f"{os.fsdecode(where)!r}: " if isinstance(where, (str, bytes)) else ""
-        _note(f"{prog}: error: {where}{getattr(exc, 'strerror', None) or exc}")
+        note(f"{prog}: error: {where}{getattr(exc, 'strerror', None) or exc}")
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - one line, and a code that claims no verdict
-        _note(f"{prog}: unexpected error: {type(exc).__name__}: {exc}")
+        note(f"{prog}: unexpected error: {type(exc).__name__}: {exc}")
         return EXIT_UNEXPECTED
 
 
-def _output_target(path: str, check: str | None = None) -> str:
+def output_target(path: str, check: str | None = None) -> str:
     """The regular file that --output PATH will replace (a symlink's target), checked now."""
     if not path or path.endswith(os.sep):
         raise _UsageError(f"--output must name a file, got {path!r}")
@@ -851,7 +859,7 @@ def _output_target(path: str, check: str | None = None) -> str:
     return target
 
 
-def _publish(target: str | None, text: str, report: str) -> None:
+def publish(target: str | None, text: str, report: str) -> None:
     """Put `text` in the file `target`, then say `report` on stdout; with neither, say `text`."""
     if target is not None:
         _replace(target, text)
@@ -900,13 +908,13 @@ def _say(text: str) -> None:
         raise OSError(f"cannot write to stdout: {exc}") from None
 
 
-def _note(text: str) -> None:
+def note(text: str) -> None:
     """Write a line to stderr, if it takes it: a diagnostic never changes the exit code."""
     with contextlib.suppress(AttributeError, OSError, ValueError):  # closed or full
         sys.stderr.write(text + "\n")  # stderr writes out each line as it ends
 
 
-def _parser(
+def make_parser(
     prog: str, description: str, exit_codes: Sequence[tuple[int, str]], examples: str
 ) -> "argparse.ArgumentParser":
     """An argument parser whose errors are one line, exit 2, and whose --help lists exit codes."""
@@ -918,7 +926,7 @@ def _parser(
             _say(self.format_help().rstrip("\n"))  # argparse drops a write that fails
 
         def error(self, message: str) -> Any:  # one line, for scripts to show as it is
-            _note(f"{self.prog}: error: {message} (see --help)")
+            note(f"{self.prog}: error: {message} (see --help)")
             raise SystemExit(EXIT_USAGE)
 
     codes = "".join(
@@ -931,7 +939,7 @@ def _parser(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: the exit code, one of EXIT_CODES."""
-    parser = _parser(
+    parser = make_parser(
         "run_experiment.py",
         "Replay the lease scenarios (unfenced receiver, fenced receiver, and the gap\n"
         "between a lease's expiry and the receiver's observation of a newer epoch) with\n"
@@ -952,18 +960,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: "argparse.Namespace") -> int:
     check, output = args.check, args.output
     expected = None if check is None else _read_expected(check)
-    target = None if output is None else _output_target(output, check)
+    target = None if output is None else output_target(output, check)
     try:
         document = run_scenarios()
     except ExperimentError as exc:
-        _stop_if_asked()  # a stop sent to the whole group may have ended a worker first
-        _note(f"run_experiment.py: failed: {exc}")
+        stop_if_asked()  # a stop sent to the whole group may have ended a worker first
+        note(f"run_experiment.py: failed: {exc}")
         return EXIT_FAILED
-    _stop_if_asked()  # the last moment a stop ends the run
+    stop_if_asked()  # the last moment a stop ends the run
     code, report = _compared(expected, document, check)
-    _publish(target, canonical_json(document), report)
+    publish(target, canonical_json(document), report)
     for record in document["scenarios"]:
-        _note(timeline(record))
+        note(timeline(record))
     return code
 
 

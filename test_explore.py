@@ -166,11 +166,6 @@ class CountingTests(unittest.TestCase):
                              r"step further: [\d,]+ states so far \([\d,]+ a second\), "
                              r"[\d,]+ transitions$")
 
-    def test_a_noted_stop_ends_an_exploration_at_its_next_transition(self) -> None:
-        with mock.patch.object(run_experiment, "_STOPPED", [signal.SIGINT]), \
-                self.assertRaises(KeyboardInterrupt):
-            explore.explore(BOUNDS["takeover"])
-
 
 # Each check of the explorer, and a breakage of leases.py under which it fires: (the check,
 # what to replace, with what, the bound's command-line arguments, the first failing schedule

@@ -66,7 +66,7 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 TIMEOUT = 30.0  # bounds a hung test; no test waits for it to pass
 SPAWN = multiprocessing.get_context("spawn")
 RESOURCE = "invoice-42"
-STOP_SIGNALS = run_experiment._STOP_SIGNALS
+STOP_SIGNALS = run_experiment.STOP_SIGNALS
 
 # What a child puts on its results queue: (its number, whether it succeeded, its result or the
 # traceback of its failure).  Children are numbered so that results can be told apart.
@@ -202,10 +202,10 @@ def setUpModule() -> None:
     # Every temporary file of the suite goes into one folder, removed with its children when
     # the interpreter exits, however the suite ended.  It is made with the stop signals held,
     # so that no stop can fall between making it and registering its removal.
-    with run_experiment._held():
+    with run_experiment.holding_signals():
         folder = tempfile.mkdtemp(prefix="leases-tests-")
         atexit.register(_remove_at_exit, folder)
-    run_experiment._start_resource_tracker()  # sent to the whole group, a stop spares it
+    run_experiment.start_resource_tracker()  # sent to the whole group, a stop spares it
     unittest.addModuleCleanup(setattr, tempfile, "tempdir", tempfile.tempdir)
     tempfile.tempdir = folder
 
@@ -217,7 +217,7 @@ def _stop_suite(number: int, frame: object) -> None:
 
 
 def _remove_at_exit(folder: str) -> None:
-    with run_experiment._held():  # a stop now must not cut the removal short
+    with run_experiment.holding_signals():  # a stop now must not cut the removal short
         for child in multiprocessing.active_children():  # none must write there meanwhile
             child.kill()
             child.join(TIMEOUT)
@@ -460,7 +460,7 @@ def _main(
     finally:
         for number, handler in handlers.items():
             signal.signal(number, handler)
-    if any(number != heed for number in run_experiment._STOPPED):  # noted, whatever the code
+    if any(number != heed for number in run_experiment.noted_stops()):  # whatever the code
         raise KeyboardInterrupt(err.getvalue().strip())
     return code, "" if out is None else out.getvalue(), err.getvalue()
 
@@ -477,7 +477,7 @@ def _run_signalling_workers(test: unittest.TestCase, *numbers: int) -> tuple[int
 
 
 def _signalling_workers(numbers: list[int]) -> int:
-    real, sent = run_experiment._report, [False]
+    real, sent = run_experiment.take_report, [False]
 
     def report(*args: Any) -> Any:
         tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
@@ -489,7 +489,7 @@ def _signalling_workers(numbers: list[int]) -> int:
         return real(*args)
 
     with tempfile.TemporaryDirectory() as folder, \
-            mock.patch.object(run_experiment, "_report", report):
+            mock.patch.object(run_experiment, "take_report", report):
         return run_experiment.main(["--check", "results.json",
                                     "--output", os.path.join(folder, "out.json")])
 
@@ -507,7 +507,7 @@ def _run_killing(test: unittest.TestCase, scenario: int, step: int, victim: str)
 
 
 def _killing(scenario: int, step: int, victim: str) -> int:
-    real, reports = run_experiment._report, Counter[str]()
+    real, reports = run_experiment.take_report, Counter[str]()
 
     def report(play: Any, actor: str, timeout: float) -> Any:
         name = play.scenario.name
@@ -520,7 +520,7 @@ def _killing(scenario: int, step: int, victim: str) -> int:
         reports[name] += 1
         return real(play, actor, timeout)
 
-    with mock.patch.object(run_experiment, "_report", report):
+    with mock.patch.object(run_experiment, "take_report", report):
         return run_experiment.main(["--check", "results.json"])
 
 
@@ -528,7 +528,7 @@ def _leading() -> None:
     """Run the README's command; once the first step is reported, when its worker waits for
     its next and the others wait or start, print the PIDs of the workers and the resource
     tracker, and hang."""
-    real = run_experiment._report
+    real = run_experiment.take_report
 
     def report(play: Any, actor: str, timeout: float) -> Any:
         reported = real(play, actor, timeout)
@@ -538,7 +538,7 @@ def _leading() -> None:
         threading.Event().wait(TIMEOUT)  # until the test kills this process
         return reported
 
-    with mock.patch.object(run_experiment, "_report", report):
+    with mock.patch.object(run_experiment, "take_report", report):
         run_experiment.main(["--check", "results.json"])
 
 
@@ -562,7 +562,7 @@ def _serving_then(exit_code: int, *args: Any) -> None:
     """A worker that does its steps, reports them, then exits with `exit_code`.  A seam: what a
     spawned worker does after its last report cannot be changed by a patch in this process, and
     the real worker always exits 0."""
-    run_experiment._serve(*args)
+    run_experiment.serve(*args)
     os._exit(exit_code)
 
 
@@ -1397,13 +1397,13 @@ class CommandLineTests(unittest.TestCase):
             # Kept to the end of the test: a worker still starting up needs its Event to exist.
             slow_args = (os.path.join(folder.name, "slow.sqlite3"), True, "A", [(0, step)],
                          [SPAWN.Event()], SPAWN.Queue(), TIMEOUT, os.getpid())
-            worker = _start(self, run_experiment._worker, *slow_args)
-            slow = run_experiment._Play(Scenario("slow", True, "", (step,)), slow_args[0], [],
+            worker = _start(self, run_experiment.run_worker, *slow_args)
+            slow = run_experiment.Play(Scenario("slow", True, "", (step,)), slow_args[0], [],
                                         {"A": slow_args[5]}, {"A": worker})
-            self.assertEqual(run_experiment._report(slow, "A", 0.001),
+            self.assertEqual(run_experiment.take_report(slow, "A", 0.001),
                              ("A", None, "no report within 0.001 s"))
         with self.subTest("a worker that does not exit after its last report is named"):
-            self.assertEqual(run_experiment._exit_problem(worker, 0.001),
+            self.assertEqual(run_experiment.exit_problem(worker, 0.001),
                              "did not exit within 0.001 s of its last report")
             worker.kill()
             worker.join(TIMEOUT)
@@ -1413,7 +1413,7 @@ class CommandLineTests(unittest.TestCase):
             db_path = os.path.join(folder.name, "alone.sqlite3")
             args = (db_path, True, "A", [(0, step)], [SPAWN.Event()], reports, 0.001,
                     os.getpid())
-            worker = _start(self, run_experiment._worker, *args)
+            worker = _start(self, run_experiment.run_worker, *args)
             worker.join(TIMEOUT)
 
             class Late:  # its report came just as the engine's wait for it timed out
@@ -1424,9 +1424,9 @@ class CommandLineTests(unittest.TestCase):
                         raise self.waits.pop()
                     return reports.get(timeout=timeout)
 
-            alone = run_experiment._Play(Scenario("alone", True, "", (step,)), db_path, [],
+            alone = run_experiment.Play(Scenario("alone", True, "", (step,)), db_path, [],
                                          {"A": Late()}, {"A": worker})  # type: ignore[dict-item]
-            self.assertEqual(run_experiment._report(alone, "A", TIMEOUT),
+            self.assertEqual(run_experiment.take_report(alone, "A", TIMEOUT),
                              ("A", None, "TimeoutError: not released within 0.001 s"))
 
         with self.subTest("workers ignore Ctrl-C and SIGHUP sent to the group, even starting up"):
@@ -1469,7 +1469,7 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(_gone_within(pids, 10.0), [])
         with self.subTest("a worker that exits nonzero after its last report fails the run at "
                           "that step, before the next is released"), \
-                mock.patch.object(run_experiment, "_worker", functools.partial(_serving_then, 5)):
+                mock.patch.object(run_experiment, "run_worker", functools.partial(_serving_then, 5)):
             two = Scenario("two", True, "", (Step("A", Action.ACQUIRE, 0, ttl=1),
                                              Step("B", Action.ACQUIRE, 1, ttl=1)))
             with self.assertRaises(ExperimentError) as caught:
@@ -1477,7 +1477,7 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(str(caught.exception), "scenario 'two', step 0 (A acquire at tick "
                              "0): worker A: exited with code 5 after its last report")
 
-        real_report, ended_at_the_wait = run_experiment._report, []
+        real_report, ended_at_the_wait = run_experiment.take_report, []
 
         def stopped_while_waiting(play: Any, actor: str, timeout: float) -> Any:
             signal.raise_signal(signal.SIGTERM)
@@ -1488,7 +1488,7 @@ class CommandLineTests(unittest.TestCase):
                 raise
 
         with self.subTest("a stop while waiting for a report ends the run there, in one line"), \
-                mock.patch.object(run_experiment, "_report", stopped_while_waiting):
+                mock.patch.object(run_experiment, "take_report", stopped_while_waiting):
             code, out, err = _main("--output", never, heed=signal.SIGTERM,
                                    play=run_experiment.run_scenarios)
             self.assertEqual((code, out, ended_at_the_wait), (143, "", ["A"]), err)
@@ -1586,7 +1586,7 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual((code, len(out.splitlines())), (1, 12), out)
             self.assertIn("at 12 JSON path", out)
             self.assertTrue(out.endswith("  ... and 2 more\n"), out)
-        missing = run_experiment._MISSING
+        missing = run_experiment.MISSING
         for want, got, found in [
             ({"a": [1, 2]}, {"a": [1, 2]}, []),
             ([1, 2], [1], [("$[1]", 2, missing)]),  # an event missing
@@ -1742,7 +1742,7 @@ class CommandLineTests(unittest.TestCase):
         ))
         events: list[list[Any]] = []  # (epoch, expires_at, outcome) of each step reported
         exit_codes: list[dict[str, int | None]] = []  # the workers', as each step is released
-        play = run_experiment._Play
+        play = run_experiment.Play
 
         class Watch:  # in the engine's hands, a step's Event, or a worker's Queue of reports
             def __init__(self, real: Any, workers: dict[str, BaseProcess]) -> None:
@@ -1768,7 +1768,7 @@ class CommandLineTests(unittest.TestCase):
             watched_reports: Any = {actor: Watch(queue, workers) for actor, queue in reports.items()}
             return play(scenario, path, watched_released, watched_reports, workers)
 
-        with mock.patch.object(run_experiment, "_Play", watched), \
+        with mock.patch.object(run_experiment, "Play", watched), \
                 self.assertRaises(ExperimentError) as caught:
             run_scenarios([own], timeout=TIMEOUT)
         self.assertEqual(
