@@ -780,19 +780,20 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 )
 
 
+_DESCRIPTION = """\
+Play every schedule of a bound on the real authority, the model's fenced and
+unfenced receivers and a contrast receiver that asks the authority (not the
+model's), count the schedules of each kind, and check every step.  The report goes
+to stdout; --output also writes the table as JSON."""
+_EXAMPLES = """\
+  python3 explore.py --program acquire write
+  python3 explore.py --program acquire check write   # a check leaves the gap
+  python3 explore.py --holders 3 --last-tick 4"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: the exit code, one of EXIT_CODES."""
-    parser = make_parser(
-        "explore.py",
-        "Play every schedule of a bound on the real authority, the model's fenced and\n"
-        "unfenced receivers and a contrast receiver that asks the authority (not the\n"
-        "model's), count the schedules of each kind, and check every step.  The report goes\n"
-        "to stdout; --output also writes the table as JSON.",
-        EXIT_CODES,
-        "  python3 explore.py --program acquire write\n"
-        "  python3 explore.py --program acquire check write   # a check leaves the gap\n"
-        "  python3 explore.py --holders 3 --last-tick 4",
-    )
+    parser = make_parser("explore.py", _DESCRIPTION, EXIT_CODES, _EXAMPLES)
     parser.add_argument("--holders", type=int, choices=range(1, 9), metavar="N",
                         help=f"holders A, B, ... (1 to 8, default: {Bound.holders})")
     parser.add_argument("--program", nargs="+", choices=[a.value for a in Action],

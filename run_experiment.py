@@ -53,7 +53,7 @@ __all__ = [  # noqa: RUF022 - grouped by who uses them, sorted within
     "command", "make_parser", "note", "output_target", "perform", "publish", "scratch",
     "stop_if_asked", "write",
     # seams of the engine, public for the suite, which breaks and watches each of them
-    "Play", "Report", "exit_problem", "holding_signals", "noted_stops", "release", "run_worker",
+    "Orders", "Play", "Report", "exit_problem", "holding_signals", "noted_stops", "release", "run_worker",
     "serve", "start_resource_tracker", "take_report",
 ]
 
@@ -521,22 +521,29 @@ def exit_problem(worker: "BaseProcess", timeout: float) -> str | None:
     return None
 
 
-def run_worker(
-    db_path: str,
-    fenced: bool,
-    actor: str,
-    script: Sequence[tuple[int, Step]],
-    released: Sequence["MPEvent"],
-    reports: "Queue[Report]",
-    backstop: float,
-    engine: int,
-) -> None:
-    """A worker process: perform each (index, step) of `script` once `released[index]` is set,
-    and report each on `reports`.
+@dataclass(frozen=True)
+class Orders:
+    """All a worker is told, in its one argument: its scenario's database and receiver, its
+    actor and the (index, step) of each of its steps, the Event of every step of the scenario,
+    its Queue to report on, the bound of each wait, and the process id of its engine."""
+
+    db_path: str
+    fenced: bool
+    actor: str
+    script: Sequence[tuple[int, Step]]
+    released: Sequence["MPEvent"]
+    reports: "Queue[Report]"
+    backstop: float
+    engine: int
+
+
+def run_worker(orders: Orders) -> None:
+    """A worker process: perform each step of its script once that step's Event is set, and
+    report each.
 
     A failure is reported as text, since an arbitrary exception may not survive pickling.
-    `backstop` bounds each wait, in case the engine hangs; the engine's process `engine` gone,
-    the worker ends at once.  The worker removes nothing: the engine owns the scenario's folder.
+    `backstop` bounds each wait, in case the engine hangs; the engine's process gone, the
+    worker ends at once.  The worker removes nothing: the engine owns the scenario's folder.
     """
     # Stopping is the engine's: it kills its workers itself, so that Ctrl-C, sent to the whole
     # process group, ends the run once, in one line.  The engine started this process with the
@@ -545,32 +552,25 @@ def run_worker(
     for number in STOP_SIGNALS:
         signal.signal(number, _exit_on_sigterm if number == signal.SIGTERM else signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    serve(db_path, fenced, actor, script, released, reports, backstop, engine)
+    serve(orders)
     # The engine waits for a worker to be gone before it releases the next step: once the
     # reports are flushed, skip the interpreter's own exit, which takes longer than the step.
     os._exit(0)
 
 
-def serve(
-    db_path: str,
-    fenced: bool,
-    actor: str,
-    script: Sequence[tuple[int, Step]],
-    released: Sequence["MPEvent"],
-    reports: "Queue[Report]",
-    backstop: float,
-    engine: int,
-) -> None:
-    """The worker's work, up to its exit: each step of `script` performed and reported."""
+def serve(orders: Orders) -> None:
+    """The worker's work, up to its exit: each step of its script performed and reported."""
+    reports = orders.reports
     try:
-        with LeaseAuthority(db_path) as authority, Receiver(db_path, fenced=fenced) as receiver:
+        with LeaseAuthority(orders.db_path) as authority, \
+                Receiver(orders.db_path, fenced=orders.fenced) as receiver:
             lease = None
-            for index, step in script:
-                _wait_for_release(released[index], backstop, engine)
+            for index, step in orders.script:
+                _wait_for_release(orders.released[index], orders.backstop, orders.engine)
                 lease, event = perform(step, lease, authority, receiver)
-                reports.put((actor, event, None))
+                reports.put((orders.actor, event, None))
     except Exception as exc:  # noqa: BLE001 - whatever it was, the engine must hear of it
-        reports.put((actor, None, f"{type(exc).__name__}: {exc}"))
+        reports.put((orders.actor, None, f"{type(exc).__name__}: {exc}"))
     reports.close()
     reports.join_thread()
 
@@ -614,8 +614,8 @@ def _start(
             workers[actor] = context.Process(
                 target=run_worker,
                 name=f"{scenario.name}:{actor}",
-                args=(db_path, scenario.fenced, actor, script, released, reports[actor],
-                      backstop, os.getpid()),
+                args=(Orders(db_path, scenario.fenced, actor, script, released, reports[actor],
+                             backstop, os.getpid()),),
             )
             cleanup.callback(_stop, workers[actor])  # runs before the folder is removed
             workers[actor].start()  # inherits the hold; see run_worker

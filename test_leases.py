@@ -558,11 +558,11 @@ def _gone_within(pids: list[int], seconds: float) -> list[int]:
     return alive
 
 
-def _serving_then(exit_code: int, *args: Any) -> None:
+def _serving_then(exit_code: int, orders: run_experiment.Orders) -> None:
     """A worker that does its steps, reports them, then exits with `exit_code`.  A seam: what a
     spawned worker does after its last report cannot be changed by a patch in this process, and
     the real worker always exits 0."""
-    run_experiment.serve(*args)
+    run_experiment.serve(orders)
     os._exit(exit_code)
 
 
@@ -1395,11 +1395,12 @@ class CommandLineTests(unittest.TestCase):
         with self.subTest("a step that does not report in time is named, its worker alive"):
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
             # Kept to the end of the test: a worker still starting up needs its Event to exist.
-            slow_args = (os.path.join(folder.name, "slow.sqlite3"), True, "A", [(0, step)],
-                         [SPAWN.Event()], SPAWN.Queue(), TIMEOUT, os.getpid())
-            worker = _start(self, run_experiment.run_worker, *slow_args)
-            slow = run_experiment.Play(Scenario("slow", True, "", (step,)), slow_args[0], [],
-                                        {"A": slow_args[5]}, {"A": worker})
+            slow_orders = run_experiment.Orders(
+                os.path.join(folder.name, "slow.sqlite3"), True, "A", [(0, step)],
+                [SPAWN.Event()], SPAWN.Queue(), TIMEOUT, os.getpid())
+            worker = _start(self, run_experiment.run_worker, slow_orders)
+            slow = run_experiment.Play(Scenario("slow", True, "", (step,)), slow_orders.db_path,
+                                       [], {"A": slow_orders.reports}, {"A": worker})
             self.assertEqual(run_experiment.take_report(slow, "A", 0.001),
                              ("A", None, "no report within 0.001 s"))
         with self.subTest("a worker that does not exit after its last report is named"):
@@ -1411,9 +1412,9 @@ class CommandLineTests(unittest.TestCase):
             reports: Queue[Any] = SPAWN.Queue()
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
             db_path = os.path.join(folder.name, "alone.sqlite3")
-            args = (db_path, True, "A", [(0, step)], [SPAWN.Event()], reports, 0.001,
-                    os.getpid())
-            worker = _start(self, run_experiment.run_worker, *args)
+            orders = run_experiment.Orders(db_path, True, "A", [(0, step)], [SPAWN.Event()],
+                                           reports, 0.001, os.getpid())
+            worker = _start(self, run_experiment.run_worker, orders)
             worker.join(TIMEOUT)
 
             class Late:  # its report came just as the engine's wait for it timed out
