@@ -1339,29 +1339,44 @@ class DurabilityAndInputTests(unittest.TestCase):
 
 
 class CommandLineTests(unittest.TestCase):
-    def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
+    def setUp(self) -> None:
         folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
         self.addCleanup(folder.cleanup)
-        never, results = os.path.join(folder.name, "never.json"), os.path.join(HERE, "results.json")
-        process, written = _run()
-        expected = json.loads(written)
+        self.folder = folder.name
+        self.never = os.path.join(self.folder, "never.json")
+        self.results = os.path.join(HERE, "results.json")
+        self.process, self.written = _run()
+        self.expected = json.loads(self.written)
 
-        def evidence() -> Any:  # what a run gives, without playing it again
-            return json.loads(written)
+    def evidence(self) -> Any:
+        """What a run gives, without playing it again."""
+        return json.loads(self.written)
 
-        def write_json(name: str, document: object) -> str:
-            with open(os.path.join(folder.name, name), "w", encoding="utf-8") as file:
-                json.dump(document, file)
-            return file.name
+    def write_json(self, name: str, document: object) -> str:
+        with open(os.path.join(self.folder, name), "w", encoding="utf-8") as file:
+            json.dump(document, file)
+        return file.name
 
+    def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
+        self.reproduces_results_json_byte_for_byte_with_a_timeline_per_scenario()
+        self.names_a_step_that_hangs_and_a_worker_that_does_not_exit()
+        self.names_a_worker_killed_or_signalled_and_ends_with_its_leader()
+        self.stops_at_its_next_wait_on_a_stop_signal_leaving_output_untouched()
+        self.reports_each_difference_from_the_check_file_verdicts_first()
+        self.meets_streams_and_files_as_a_users_shell_gives_them()
+        self.checks_a_scenario_or_step_when_it_is_built()
+        self.plays_a_readers_own_schedule_with_every_action_through_the_engine()
+
+    def reproduces_results_json_byte_for_byte_with_a_timeline_per_scenario(self) -> None:
         with self.subTest("the README's command reproduces results.json byte for byte"):
-            self.assertEqual(process.returncode, 0, process.stderr)
-            self.assertEqual(process.stdout,
+            self.assertEqual(self.process.returncode, 0, self.process.stderr)
+            self.assertEqual(self.process.stdout,
                              "reproduced: this run matches 'results.json' (3 scenarios)\n")
-            self.assertEqual(written, _bytes(results))
+            self.assertEqual(self.written, _bytes(self.results))
         with self.subTest("stderr shows each scenario's timeline"):
-            self.assertCountEqual(process.stderr.splitlines(), "\n".join(
-                run_experiment.timeline(record) for record in expected["scenarios"]).split("\n"))
+            self.assertCountEqual(self.process.stderr.splitlines(), "\n".join(
+                run_experiment.timeline(record)
+                for record in self.expected["scenarios"]).split("\n"))
 
         with self.subTest("a timeline shows every kind of step at a glance"):
             a, b = Step("A", Action.ACQUIRE, 0, ttl=10), Step("B", Action.ACQUIRE, 5, ttl=10)
@@ -1383,6 +1398,8 @@ class CommandLineTests(unittest.TestCase):
                 ("  late applied: applied at or after its lease's expiry "
                  "(write_after_lease_expiry_applied)"),
             ])
+
+    def names_a_step_that_hangs_and_a_worker_that_does_not_exit(self) -> None:
         with self.subTest("a hung step is named, and leaves no worker and no folder"):
             # Scenarios play in order, and no spawned interpreter starts within a millisecond,
             # so the first step is the one named; which worker gives up first (A on its
@@ -1391,12 +1408,12 @@ class CommandLineTests(unittest.TestCase):
                                         r"\(A acquire at tick 0\): worker [AB]: .*within 0\.0"):
                 run_scenarios(timeout=0.001)
             self.assertEqual(multiprocessing.active_children(), [])
-            self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
+            self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(self.folder)])
         with self.subTest("a step that does not report in time is named, its worker alive"):
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
             # Kept to the end of the test: a worker still starting up needs its Event to exist.
             slow_orders = run_experiment.Orders(
-                os.path.join(folder.name, "slow.sqlite3"), True, "A", [(0, step)],
+                os.path.join(self.folder, "slow.sqlite3"), True, "A", [(0, step)],
                 [SPAWN.Event()], SPAWN.Queue(), TIMEOUT, os.getpid())
             worker = _start(self, run_experiment.run_worker, slow_orders)
             slow = run_experiment.Play(Scenario("slow", True, "", (step,)), slow_orders.db_path,
@@ -1411,7 +1428,7 @@ class CommandLineTests(unittest.TestCase):
         with self.subTest("a worker whose engine is gone gives up within its bound"):
             reports: Queue[Any] = SPAWN.Queue()
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
-            db_path = os.path.join(folder.name, "alone.sqlite3")
+            db_path = os.path.join(self.folder, "alone.sqlite3")
             orders = run_experiment.Orders(db_path, True, "A", [(0, step)], [SPAWN.Event()],
                                            reports, 0.001, os.getpid())
             worker = _start(self, run_experiment.run_worker, orders)
@@ -1430,9 +1447,10 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(run_experiment.take_report(alone, "A", TIMEOUT),
                              ("A", None, "TimeoutError: not released within 0.001 s"))
 
+    def names_a_worker_killed_or_signalled_and_ends_with_its_leader(self) -> None:
         with self.subTest("workers ignore Ctrl-C and SIGHUP sent to the group, even starting up"):
             code, out, err = _run_signalling_workers(self, signal.SIGINT, signal.SIGHUP)
-            self.assertEqual((code, out, err), (0, process.stdout, process.stderr))
+            self.assertEqual((code, out, err), (0, self.process.stdout, self.process.stderr))
         with self.subTest("SIGTERM ends a worker, and the engine names the step it waited for"):
             code, out, err = _run_signalling_workers(self, signal.SIGTERM)
             self.assertEqual((code, out), (3, ""), err)
@@ -1459,7 +1477,7 @@ class CommandLineTests(unittest.TestCase):
             # leaves its temporary folder, in this test's.
             leader = subprocess.Popen(program, cwd=HERE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True,
-                                      env={**os.environ, "TMPDIR": folder.name})
+                                      env={**os.environ, "TMPDIR": self.folder})
             self.addCleanup(leader.wait, TIMEOUT)
             self.addCleanup(leader.kill)
             assert leader.stdout is not None
@@ -1470,7 +1488,8 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(_gone_within(pids, 10.0), [])
         with self.subTest("a worker that exits nonzero after its last report fails the run at "
                           "that step, before the next is released"), \
-                mock.patch.object(run_experiment, "run_worker", functools.partial(_serving_then, 5)):
+                mock.patch.object(run_experiment, "run_worker",
+                                  functools.partial(_serving_then, 5)):
             two = Scenario("two", True, "", (Step("A", Action.ACQUIRE, 0, ttl=1),
                                              Step("B", Action.ACQUIRE, 1, ttl=1)))
             with self.assertRaises(ExperimentError) as caught:
@@ -1478,6 +1497,7 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(str(caught.exception), "scenario 'two', step 0 (A acquire at tick "
                              "0): worker A: exited with code 5 after its last report")
 
+    def stops_at_its_next_wait_on_a_stop_signal_leaving_output_untouched(self) -> None:
         real_report, ended_at_the_wait = run_experiment.take_report, []
 
         def stopped_while_waiting(play: Any, actor: str, timeout: float) -> Any:
@@ -1490,28 +1510,28 @@ class CommandLineTests(unittest.TestCase):
 
         with self.subTest("a stop while waiting for a report ends the run there, in one line"), \
                 mock.patch.object(run_experiment, "take_report", stopped_while_waiting):
-            code, out, err = _main("--output", never, heed=signal.SIGTERM,
+            code, out, err = _main("--output", self.never, heed=signal.SIGTERM,
                                    play=run_experiment.run_scenarios)
             self.assertEqual((code, out, ended_at_the_wait), (143, "", ["A"]), err)
             self.assertEqual(err, "run_experiment.py: stopped by SIGTERM; every worker was "
                              "stopped, every temporary folder removed, and --output left "
                              "untouched\n")
-            self.assertFalse(os.path.exists(never))
+            self.assertFalse(os.path.exists(self.never))
             self.assertEqual(multiprocessing.active_children(), [])
-            self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
+            self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(self.folder)])
         with self.subTest("a stop signal ignored from the start stays ignored, as in a "
                           "background job"):
             def hung_up() -> Any:
                 signal.raise_signal(signal.SIGHUP)
-                return evidence()
+                return self.evidence()
 
             ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)
             try:
-                code, out, err = _main("--output", never, play=hung_up)
+                code, out, err = _main("--output", self.never, play=hung_up)
             finally:
                 signal.signal(signal.SIGHUP, ignored)
-            self.assertEqual((code, out, _bytes(never)), (0, "", written))
-            os.unlink(never)
+            self.assertEqual((code, out, _bytes(self.never)), (0, "", self.written))
+            os.unlink(self.never)
         for number in STOP_SIGNALS:
             def stop_then(outcome: Callable[[], Any], number: int = number) -> Any:
                 signal.raise_signal(number)
@@ -1520,37 +1540,40 @@ class CommandLineTests(unittest.TestCase):
             def failed() -> Any:
                 raise ExperimentError("s", "step 0", "worker A: ended without a report")
 
-            for outcome in (evidence, failed):
+            for outcome in (self.evidence, failed):
                 with self.subTest("a stop during the run is 128 + n, and --output left untouched",
                                   signal=signal.Signals(number).name, run=outcome.__name__):
-                    code, out, err = _main("--output", never, heed=number,
+                    code, out, err = _main("--output", self.never, heed=number,
                                            play=functools.partial(stop_then, outcome))
                     self.assertEqual((code, out, len(err.splitlines())), (128 + number, "", 1))
                     self.assertIn(f"stopped by {signal.Signals(number).name}", err)
-                    self.assertFalse(os.path.exists(never))
+                    self.assertFalse(os.path.exists(self.never))
 
+    def reports_each_difference_from_the_check_file_verdicts_first(self) -> None:
         with self.subTest("--check reports the differing JSON paths, verdicts first; exit 1, "
                           "and --output is still written"):
-            document = evidence()
+            document = self.evidence()
             document["scenarios"][0]["events"][3]["outcome"] = "stale"
             document["scenarios"][1]["verdict"]["stale_writes_refused"] = True  # 1 == True
-            tampered = write_json("tampered.json", document)
-            code, out, err = _main("--check", tampered, "--output", never, play=evidence)
+            self.tampered = self.write_json("tampered.json", document)
+            self.tampered_document = document
+            code, out, err = _main("--check", self.tampered, "--output", self.never,
+                                   play=self.evidence)
             self.assertEqual(code, 1, err)
             self.assertEqual(out.splitlines()[1:], [
                 "  $.scenarios[1].verdict.stale_writes_refused: expected true, got 1",
                 '  $.scenarios[0].events[3].outcome: expected "stale", got "applied"',
             ])
-            self.assertEqual(_bytes(never), written)
-            os.unlink(never)
+            self.assertEqual(_bytes(self.never), self.written)
+            os.unlink(self.never)
         with self.subTest("one differing path is exit 1, and the path is named"):
-            one = evidence()
+            one = self.evidence()
             one["scenarios"][2]["final"]["value"] = "report by A"
-            code, out, err = _main("--check", write_json("one.json", one), play=evidence)
+            code, out, err = _main("--check", self.write_json("one.json", one), play=self.evidence)
             self.assertEqual((code, out.splitlines()[1:]), (1, [
                 '  $.scenarios[2].final.value: expected "report by A", got "report by B"']), err)
         with self.subTest("with neither --check nor --output, stdout is the evidence"):
-            self.assertEqual(_main(play=evidence)[:2], (0, written.decode("ascii")))
+            self.assertEqual(_main(play=self.evidence)[:2], (0, self.written.decode("ascii")))
         with self.subTest("an unexpected error exits 70, not 1, in one line naming it"):
             def starved() -> Any:
                 raise MemoryError("out of memory")
@@ -1558,32 +1581,34 @@ class CommandLineTests(unittest.TestCase):
             said = "run_experiment.py: unexpected error: MemoryError: out of memory\n"
             self.assertEqual(_main(play=starved), (70, "", said))
         with self.subTest("the report is ASCII whatever the --check path, for an ASCII stdout"):
-            accented = os.path.join(folder.name, "r\u00e9sultats.json")
-            shutil.copyfile(results, accented)
-            code, out, err = _main("--check", accented, play=evidence)
+            accented = os.path.join(self.folder, "r\u00e9sultats.json")
+            shutil.copyfile(self.results, accented)
+            code, out, err = _main("--check", accented, play=self.evidence)
             said = f"reproduced: this run matches {accented!a} (3 scenarios)\n"
             self.assertEqual((code, out), (0, said), err)
             self.assertTrue(out.isascii())
         for depth in range(900, 1101):
             with self.subTest("a --check nested at any depth is exit 1, or exit 2 in one line, "
                               "and --output is written exactly when it is 1", depth=depth):
-                nested = os.path.join(folder.name, "nested.json")
+                nested = os.path.join(self.folder, "nested.json")
                 with open(nested, "w", encoding="ascii") as file:
                     file.write("[" * depth + "]" * depth)
-                code, out, err = _main("--check", nested, "--output", never, play=evidence)
+                code, out, err = _main("--check", nested, "--output", self.never,
+                                       play=self.evidence)
                 self.assertIn(code, (1, 2), err)
-                self.assertEqual(os.path.exists(never), code == 1)
+                self.assertEqual(os.path.exists(self.never), code == 1)
                 if code == 1:
                     self.assertTrue(out.splitlines()[1].startswith("  $: expected ["), out)
-                    os.unlink(never)
+                    os.unlink(self.never)
                 else:
                     self.assertEqual((out, len(err.splitlines())), ("", 1))
         with self.subTest("twelve differences: the first ten are shown, and how many more"):
-            twelve = evidence()
+            twelve = self.evidence()
             for record in twelve["scenarios"]:
                 for event in record["events"][:4]:
                     event["tick"] += 100
-            code, out, err = _main("--check", write_json("twelve.json", twelve), play=evidence)
+            code, out, err = _main("--check", self.write_json("twelve.json", twelve),
+                                   play=self.evidence)
             self.assertEqual((code, len(out.splitlines())), (1, 12), out)
             self.assertIn("at 12 JSON path", out)
             self.assertTrue(out.endswith("  ... and 2 more\n"), out)
@@ -1601,21 +1626,24 @@ class CommandLineTests(unittest.TestCase):
         ]:
             with self.subTest("differences() finds every kind of difference", want=want, got=got):
                 self.assertEqual(list(run_experiment.differences(want, got)), found)
+
+    def meets_streams_and_files_as_a_users_shell_gives_them(self) -> None:
         with self.subTest("--check reads a pipe, as <(git show HEAD:results.json) gives it"):
             read, write = os.pipe()
             with open(write, "wb") as pipe:
-                pipe.write(written)
+                pipe.write(self.written)
             self.addCleanup(os.close, read)
-            code, out, err = _main("--check", f"/dev/fd/{read}", play=evidence)
+            code, out, err = _main("--check", f"/dev/fd/{read}", play=self.evidence)
             said = f"reproduced: this run matches '/dev/fd/{read}' (3 scenarios)\n"
             self.assertEqual((code, out), (0, said), err)
 
         with self.subTest("stdout closed by its reader (| true): exit 32, quietly, the output "
                           "in place first"):
-            code, out, err = _main("--check", results, "--output", never, play=evidence,
+            code, out, err = _main("--check", self.results, "--output", self.never,
+                                   play=self.evidence,
                                    stdout=_Closed())
             self.assertEqual((code, err), (32, ""))
-            self.assertEqual(_bytes(never), written)
+            self.assertEqual(_bytes(self.never), self.written)
             self.assertEqual(_main("--help", stdout=_Closed())[0], 32)
             full_disk = "cannot write to stdout: [Errno 28] No space left on device"
             self.assertEqual(_main("--help", stdout=_Full())[::2],
@@ -1648,35 +1676,36 @@ class CommandLineTests(unittest.TestCase):
         with self.subTest("an --output that cannot be put in place is left as it was, with no "
                           "success line"), mock.patch.object(
                 os, "replace", side_effect=OSError(28, "No space left on device")):
-            code, out, err = _main("--check", results, "--output", never, play=evidence)
-            said = f"run_experiment.py: error: {never!r}: No space left on device\n"
+            code, out, err = _main("--check", self.results, "--output", self.never,
+                                   play=self.evidence)
+            said = f"run_experiment.py: error: {self.never!r}: No space left on device\n"
             self.assertEqual((code, out, err), (2, "", said))
-            self.assertEqual((_bytes(never), os.listdir(folder.name).count("never.json")),
-                             (written, 1))
-            self.assertFalse([name for name in os.listdir(folder.name) if name.endswith(".tmp")])
+            self.assertEqual((_bytes(self.never), os.listdir(self.folder).count("never.json")),
+                             (self.written, 1))
+            self.assertFalse([name for name in os.listdir(self.folder) if name.endswith(".tmp")])
 
         # Files that are not what they seem: each refused before the run with exit 2 and one
         # line, nothing replaced.  The --check file must never be overwritten, whatever name
         # reaches it.
-        fifo, loop = os.path.join(folder.name, "fifo"), os.path.join(folder.name, "loop")
-        deep = os.path.join(folder.name, "deep.json")
+        fifo, loop = os.path.join(self.folder, "fifo"), os.path.join(self.folder, "loop")
+        deep = os.path.join(self.folder, "deep.json")
         with open(deep, "w", encoding="ascii") as file:
             file.write("[" * 100_000 + "]" * 100_000)
         os.mkfifo(fifo)
         os.symlink(loop, loop)
-        link, hard = os.path.join(folder.name, "link.json"), os.path.join(folder.name, "hard.json")
-        os.symlink(tampered, link)
-        os.link(tampered, hard)
+        link, hard = os.path.join(self.folder, "link.json"), os.path.join(self.folder, "hard.json")
+        os.symlink(self.tampered, link)
+        os.link(self.tampered, hard)
         for arguments, reason in [
-            (("--check", os.path.join(folder.name, "missing.json")), "missing.json"),
-            (("--check", folder.name), "Is a directory"),
+            (("--check", os.path.join(self.folder, "missing.json")), "missing.json"),
+            (("--check", self.folder), "Is a directory"),
             (("--check", os.path.join(HERE, "leases.py")), "is not JSON"),
             (("--check", deep), "is not JSON: maximum recursion depth"),
             (("--output", fifo), "is not a regular file"),
             (("--output", loop), "Too many levels of symbolic links"),
-            (("--check", tampered, "--output", link), "is the --check file"),
-            (("--check", tampered, "--output", hard), "is the --check file"),
-            (("--output", folder.name + os.sep), "must name a file"),
+            (("--check", self.tampered, "--output", link), "is the --check file"),
+            (("--check", self.tampered, "--output", hard), "is the --check file"),
+            (("--output", self.folder + os.sep), "must name a file"),
             (("--output=",), "--output must name a file, got ''"),
             (("--bogus",), "unrecognized arguments: --bogus"),
         ]:
@@ -1686,23 +1715,25 @@ class CommandLineTests(unittest.TestCase):
                 self.assertEqual((code, out, len(err.splitlines())), (2, "", 1), err)
                 self.assertIn(reason, err)
         self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
-        self.assertEqual(json.loads(_bytes(tampered)), document)
-        with self.subTest("a new --output file gets the mode the umask allows, and the umask stays"):
-            os.unlink(never)
+        self.assertEqual(json.loads(_bytes(self.tampered)), self.tampered_document)
+        with self.subTest("a new --output file gets the mode the umask allows, and the umask "
+                          "stays"):
+            os.unlink(self.never)
             previous = os.umask(0o027)
             try:
-                _main("--output", never, play=evidence)
+                _main("--output", self.never, play=self.evidence)
             finally:
                 left = os.umask(previous)  # reading the umask means setting it: put back
-            self.assertEqual((stat.S_IMODE(os.stat(never).st_mode), left), (0o640, 0o027))
+            self.assertEqual((stat.S_IMODE(os.stat(self.never).st_mode), left), (0o640, 0o027))
         with self.subTest("through a symlink, the target is replaced whole, its mode kept"):
-            os.symlink("never.json", os.path.join(folder.name, "evidence"))
-            os.chmod(never, 0o640)
-            _main("--output", os.path.join(folder.name, "evidence"), play=evidence)
-            self.assertEqual((os.readlink(os.path.join(folder.name, "evidence")),
-                              stat.S_IMODE(os.stat(never).st_mode), _bytes(never)),
-                             ("never.json", 0o640, written))
+            os.symlink("never.json", os.path.join(self.folder, "evidence"))
+            os.chmod(self.never, 0o640)
+            _main("--output", os.path.join(self.folder, "evidence"), play=self.evidence)
+            self.assertEqual((os.readlink(os.path.join(self.folder, "evidence")),
+                              stat.S_IMODE(os.stat(self.never).st_mode), _bytes(self.never)),
+                             ("never.json", 0o640, self.written))
 
+    def checks_a_scenario_or_step_when_it_is_built(self) -> None:
         builds: list[tuple[Callable[[], object], str]] = [
             (lambda: Scenario("back", True, "", (Step("A", Action.ACQUIRE, 10, ttl=1),
                                                  Step("A", Action.ACQUIRE, 5, ttl=1))),
@@ -1723,6 +1754,8 @@ class CommandLineTests(unittest.TestCase):
             with self.subTest("a scenario or step is checked when it is built", reason=reason), \
                     self.assertRaisesRegex((TypeError, ValueError), reason):
                 make()
+
+    def plays_a_readers_own_schedule_with_every_action_through_the_engine(self) -> None:
 
         # A reader's own schedule, with every action: A renews at tick 9, so B is refused at
         # tick 10; A checks, writes and releases; B takes over, writes, finds its lease
@@ -1766,7 +1799,8 @@ class CommandLineTests(unittest.TestCase):
         def watched(scenario: Scenario, path: str, released: Any, reports: Any,
                     workers: Any) -> Any:
             watched_released: Any = [Watch(event, workers) for event in released]
-            watched_reports: Any = {actor: Watch(queue, workers) for actor, queue in reports.items()}
+            watched_reports: Any = {actor: Watch(queue, workers)
+                                    for actor, queue in reports.items()}
             return play(scenario, path, watched_released, watched_reports, workers)
 
         with mock.patch.object(run_experiment, "Play", watched), \
