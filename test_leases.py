@@ -951,8 +951,14 @@ class DurabilityAndInputTests(unittest.TestCase):
     def test_state_survives_reopening_and_processes_including_one_killed_just_before_commit(
         self,
     ) -> None:
-        path = _database(self)
-        with LeaseAuthority(path) as authority, Receiver(path) as receiver:
+        self.keeps_what_committed_when_a_process_is_killed_just_before_commit()
+        self.rolls_back_a_failed_commit_and_works_on_another_programs_database()
+        self.waits_for_a_lock_within_its_bound_and_heeds_ctrl_c_at_once()
+        self.refuses_every_call_once_its_file_is_renamed_or_given_another_name()
+
+    def keeps_what_committed_when_a_process_is_killed_just_before_commit(self) -> None:
+        self.path = _database(self)
+        with LeaseAuthority(self.path) as authority, Receiver(self.path) as receiver:
             first = authority.acquire(RESOURCE, "parent", now=0, ttl=5)
             receiver.write(RESOURCE, first.epoch, "from the parent")
         # Two children start up at once.  One takes over and writes; once it is done, the other
@@ -961,8 +967,8 @@ class DurabilityAndInputTests(unittest.TestCase):
         results: Queue[ChildResult] = SPAWN.Queue()
         go, taken_over, inside, never = (SPAWN.Event() for _ in range(4))
         go.set()
-        doomed_args = (path, "doomed", 1000, "COMMIT", inside, never)
-        child = _start(self, _job, 0, _take_over_and_write, (path, 5), ready, go, results)
+        doomed_args = (self.path, "doomed", 1000, "COMMIT", inside, never)
+        child = _start(self, _job, 0, _take_over_and_write, (self.path, 5), ready, go, results)
         doomed = _start(self, _job, 1, _acquire_pausing, doomed_args, ready, taken_over, results)
         [taken] = _collect(self, results, [child])
         self.assertEqual(taken, Lease(RESOURCE, "child", 2, 15))
@@ -971,7 +977,7 @@ class DurabilityAndInputTests(unittest.TestCase):
         doomed.kill()
         doomed.join(TIMEOUT)
 
-        authority, receiver = _authority(self, path), _receiver(self, path)
+        authority, receiver = _authority(self, self.path), _receiver(self, self.path)
         self.assertEqual(authority.current(RESOURCE, now=14), taken, "the killed grant leaked")
         self.assertEqual(authority.acquire(RESOURCE, "parent", now=1000, ttl=5).epoch, 3)
         self.assertEqual(receiver.read(RESOURCE), (2, "from the child"))
@@ -982,14 +988,15 @@ class DurabilityAndInputTests(unittest.TestCase):
         )
 
         # A COMMIT that fails is rolled back, and the same object works afterwards.  In
-        # rollback-journal mode a COMMIT waits for readers to finish: here one never does.
+
+    def rolls_back_a_failed_commit_and_works_on_another_programs_database(self) -> None:
         self.addCleanup(setattr, leases, "BUSY_TIMEOUT_SECONDS", leases.BUSY_TIMEOUT_SECONDS)
         leases.BUSY_TIMEOUT_SECONDS = 0.01
-        journal = os.path.join(os.path.dirname(path), "journal.sqlite3")
-        with contextlib.closing(sqlite3.connect(journal)) as connection:
+        self.journal = os.path.join(os.path.dirname(self.path), "journal.sqlite3")
+        with contextlib.closing(sqlite3.connect(self.journal)) as connection:
             connection.executescript(";".join(leases._TABLES.values()))
-        writer = _receiver(self, journal)
-        with contextlib.closing(sqlite3.connect(journal, isolation_level=None)) as reader:
+        writer = _receiver(self, self.journal)
+        with contextlib.closing(sqlite3.connect(self.journal, isolation_level=None)) as reader:
             reader.execute("BEGIN")
             reader.execute("SELECT * FROM receiver_decisions").fetchall()
             with self.assertRaisesRegex(LeaseError, "database is locked"):
@@ -1000,23 +1007,25 @@ class DurabilityAndInputTests(unittest.TestCase):
 
         # Other processes write on, opening that database, made by another program, at once:
         # it stays in the journal mode it has.
-        written = _run_together(self, _write_epochs, [(journal, f"w{i}", range(2, 4)) for i in
+        written = _run_together(self, _write_epochs, [(self.journal, f"w{i}", range(2, 4)) for i in
                                                       range(4)])
         outcomes = Counter(outcome for run in written for _, outcome in run)
         self.assertEqual((outcomes["applied"], sum(outcomes.values())), (2, 8))  # epochs 2, 3
-        with contextlib.closing(sqlite3.connect(journal)) as connection:
+        with contextlib.closing(sqlite3.connect(self.journal)) as connection:
             self.assertEqual(connection.execute("PRAGMA journal_mode").fetchone(), ("delete",))
         with self.subTest("Ctrl-C as BEGIN returns leaves the object usable and the lock free"):
             # A KeyboardInterrupt raised while BEGIN waits for the lock arrives once it returns.
             with _raising(writer, "BEGIN", KeyboardInterrupt(), after=True), \
                     self.assertRaises(KeyboardInterrupt):
                 writer.write(RESOURCE, 5, "five")
-            with contextlib.closing(sqlite3.connect(journal, timeout=0)) as other:
+            with contextlib.closing(sqlite3.connect(self.journal, timeout=0)) as other:
                 other.execute("BEGIN IMMEDIATE")  # "database is locked" if it were still held
             self.assertEqual(writer.write(RESOURCE, 5, "five").outcome, Outcome.APPLIED)
-        holding = sqlite3.connect(path, isolation_level=None, timeout=0)  # another process's
+
+    def waits_for_a_lock_within_its_bound_and_heeds_ctrl_c_at_once(self) -> None:
+        holding = sqlite3.connect(self.path, isolation_level=None, timeout=0)  # another process's
         self.addCleanup(holding.close)
-        waiting = _authority(self, path)
+        waiting = _authority(self, self.path)
         with self.subTest("Ctrl-C while a call waits for another's lock lands at once"):
             leases.BUSY_TIMEOUT_SECONDS = 5.0  # ended by the interrupt, long before
             holding.execute("BEGIN IMMEDIATE")
@@ -1061,7 +1070,8 @@ class DurabilityAndInputTests(unittest.TestCase):
                 with self.assertRaisesRegex(LeaseError, "another thread's call kept it busy"):
                     call.result(TIMEOUT)
         leases.BUSY_TIMEOUT_SECONDS = TIMEOUT
-        for database, statement in ((journal, "COMMIT"), (path, "PRAGMA wal_checkpoint(FULL)")):
+        for database, statement in ((self.journal, "COMMIT"),
+                                    (self.path, "PRAGMA wal_checkpoint(FULL)")):
             with self.subTest("a statement that waits for a reader to finish tries again",
                               statement=statement):
                 store = _receiver(self, database)
@@ -1084,10 +1094,11 @@ class DurabilityAndInputTests(unittest.TestCase):
                 self.assertEqual(store.write("waited", 1, "one").outcome, Outcome.APPLIED)
                 self.assertEqual(tries.count(statement), 2)
 
+    def refuses_every_call_once_its_file_is_renamed_or_given_another_name(self) -> None:
         for how in ("renamed", "linked by a new name, the old one removed", "renamed mid-call"):
             with self.subTest("a file moved while open refuses every later call, and the new "
                               "name's opener carries on the epochs", moved=how):
-                folder = tempfile.mkdtemp(dir=os.path.dirname(path))
+                folder = tempfile.mkdtemp(dir=os.path.dirname(self.path))
                 old, new = os.path.join(folder, "old.sqlite3"), os.path.join(folder, "new.sqlite3")
                 moved = _authority(self, old)
                 given = []
@@ -1123,12 +1134,19 @@ class DurabilityAndInputTests(unittest.TestCase):
                     moved.current(RESOURCE, now=0)
 
     def test_invalid_input_raises_naming_the_parameter_and_changes_nothing(self) -> None:
-        path = _database(self)
-        folder = os.path.dirname(path)
-        authority, receiver = _authority(self, path), _receiver(self, path)
+        self.refuses_each_bad_argument_by_name_and_changes_nothing()
+        self.refuses_a_path_that_is_not_a_plain_file_name()
+        self.refuses_a_file_that_is_not_its_database_and_leaves_it_as_it_was()
+        self.makes_a_new_database_whole_under_one_name()
+        self.refuses_a_closed_store_naming_its_file()
+
+    def refuses_each_bad_argument_by_name_and_changes_nothing(self) -> None:
+        self.path = _database(self)
+        self.folder = os.path.dirname(self.path)
+        authority, receiver = _authority(self, self.path), _receiver(self, self.path)
         lease = authority.acquire(RESOURCE, "A", now=0, ttl=10)
         receiver.write(RESOURCE, 1, "one")
-        before = _dump(path)
+        before = _dump(self.path)
         big, top = 2**63, 2**63 - 1
 
         def acquire(parameter: str) -> Callable[[Any], Lease]:  # one good argument made `bad`
@@ -1153,7 +1171,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             (TypeError, "epoch", True, lambda bad: receiver.write(RESOURCE, bad, "true")),
             (ValueError, "epoch", big, lambda bad: receiver.write(RESOURCE, bad, "huge")),
             (TypeError, "value", b"bytes", lambda bad: receiver.write(RESOURCE, 2, bad)),
-            (TypeError, "fenced", "yes", lambda bad: Receiver(path, fenced=bad)),
+            (TypeError, "fenced", "yes", lambda bad: Receiver(self.path, fenced=bad)),
             (TypeError, "path", None, LeaseAuthority),
         ]
         for error, name, bad, call in cases:
@@ -1169,7 +1187,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             with _raising(receiver, "INSERT", too_long, after=False), \
                     self.assertRaisesRegex(LeaseError, "string longer than INT_MAX bytes"):
                 receiver.write("r", 2, "four")
-        self.assertEqual(_dump(path), before)
+        self.assertEqual(_dump(self.path), before)
         self.assertEqual(authority.current(RESOURCE, now=0), lease)
 
         with self.subTest("the largest value of each integer is accepted"):
@@ -1178,7 +1196,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             authority.current(RESOURCE, now=top)
             receiver.write("edge-epoch", top, "top")
         with self.subTest("a resource past its last epoch is a LeaseError, and nothing changes"):
-            with contextlib.closing(sqlite3.connect(path)) as editor, editor:
+            with contextlib.closing(sqlite3.connect(self.path)) as editor, editor:
                 editor.execute("UPDATE leases SET epoch = ?, holder = NULL", (top,))
             with self.assertRaisesRegex(LeaseError, f"used its last epoch, {top}"):
                 authority.acquire(RESOURCE, "B", now=20, ttl=1)
@@ -1199,17 +1217,16 @@ class DurabilityAndInputTests(unittest.TestCase):
             with self.assertRaisesRegex(LeaseError, "is closed"):
                 receiver.read(RESOURCE)
 
-        # Paths and files that cannot be this model's database: a clear error naming the path
-        # or the file, and whatever was there left byte for byte as it was.
+    def refuses_a_path_that_is_not_a_plain_file_name(self) -> None:
         paths: list[tuple[type[Exception], Any]] = [
             (ValueError, ":memory:"),  # the model is processes sharing a file
             (ValueError, "file:leases.sqlite3?mode=memory"),
             (ValueError, "leases\0.sqlite3"),
             (ValueError, ""),
-            (ValueError, os.path.join(folder, "new") + os.sep),  # a folder's name, not a file's
+            (ValueError, os.path.join(self.folder, "new") + os.sep),  # a folder's name, not a file's
             (TypeError, b"leases.sqlite3"),
-            (LeaseError, os.path.join(folder, "missing", "leases.sqlite3")),
-            (LeaseError, folder),
+            (LeaseError, os.path.join(self.folder, "missing", "leases.sqlite3")),
+            (LeaseError, self.folder),
             (ValueError, "\ud800.sqlite3"),  # no file name can hold it
         ]
         for error, bad in paths:
@@ -1218,10 +1235,12 @@ class DurabilityAndInputTests(unittest.TestCase):
                     Receiver(bad)
                 named = os.path.abspath(bad) if error is LeaseError else bad
                 self.assertIn(repr(named), str(caught.exception))
-        self.assertFalse(os.path.exists(os.path.join(folder, "new")))
+        self.assertFalse(os.path.exists(os.path.join(self.folder, "new")))
+
+    def refuses_a_file_that_is_not_its_database_and_leaves_it_as_it_was(self) -> None:
         unusable: list[str] = []
         for size in (0, 1, 2, 511, 512, 4000):  # SQLite takes a file under 512 bytes for empty
-            unusable.append(os.path.join(folder, f"notes-{size}.txt"))
+            unusable.append(os.path.join(self.folder, f"notes-{size}.txt"))
             with open(unusable[-1], "wb") as file:
                 file.write((b"not a database\n" * (1 + size // 15))[:size])
         tables = ";".join(leases._TABLES.values())
@@ -1237,29 +1256,29 @@ class DurabilityAndInputTests(unittest.TestCase):
              " BEGIN SELECT RAISE(IGNORE); END"),
             f"{tables}; CREATE UNIQUE INDEX one_grant ON leases (holder)",
         ]):
-            unusable.append(os.path.join(folder, f"foreign-{number}.sqlite3"))
+            unusable.append(os.path.join(self.folder, f"foreign-{number}.sqlite3"))
             with contextlib.closing(sqlite3.connect(unusable[-1])) as connection:
                 connection.executescript(statement)
         # One left by another program in WAL mode, with a trigger only in its log, not yet
         # folded into the file: the program ended without closing it, as a killed one does.
-        unusable.append(os.path.join(folder, "live.sqlite3"))
+        unusable.append(os.path.join(self.folder, "live.sqlite3"))
         trigger = "CREATE TRIGGER t BEFORE INSERT ON leases BEGIN SELECT RAISE(IGNORE); END"
         program = _start(self, _leave_open_in_wal_mode, unusable[-1], trigger)
         program.join(TIMEOUT)
         self.assertEqual(program.exitcode, 0)
-        unusable.append(os.path.join(folder, "fifo"))  # reading it would wait for a writer
+        unusable.append(os.path.join(self.folder, "fifo"))  # reading it would wait for a writer
         os.mkfifo(unusable[-1])
-        unusable.append(os.path.join(folder, "second-name.sqlite3"))  # two names, two logs
-        Receiver(os.path.join(folder, "first-name.sqlite3")).close()
-        os.link(os.path.join(folder, "first-name.sqlite3"), unusable[-1])
-        untouched = _snapshot(folder)
+        unusable.append(os.path.join(self.folder, "second-name.sqlite3"))  # two names, two logs
+        Receiver(os.path.join(self.folder, "first-name.sqlite3")).close()
+        os.link(os.path.join(self.folder, "first-name.sqlite3"), unusable[-1])
+        untouched = _snapshot(self.folder)
         for name in unusable:
             for open_it in (LeaseAuthority, Receiver):
                 with self.subTest("a file that is not one of ours is refused and left as it was",
                                   file=os.path.basename(name), opened_by=open_it.__name__):
                     with self.assertRaisesRegex(LeaseError, re.escape(repr(name))):
                         open_it(name)
-                    self.assertEqual(_snapshot(folder), untouched)
+                    self.assertEqual(_snapshot(self.folder), untouched)
         for name, reason in [
             ("notes-1.txt", "its tables are not exactly the model's"),
             ("notes-512.txt", "file is not a database"),
@@ -1268,20 +1287,22 @@ class DurabilityAndInputTests(unittest.TestCase):
         ]:
             with self.subTest("the refusal says why", file=name), \
                     self.assertRaisesRegex(LeaseError, reason):
-                Receiver(os.path.join(folder, name))
+                Receiver(os.path.join(self.folder, name))
+
+    def makes_a_new_database_whole_under_one_name(self) -> None:
         with self.subTest("a new database is read only once it has one name, its draft's gone"):
             # Another process makes a new database as a draft, links it into place, and
             # removes the draft, keeping the file locked meanwhile: an opener then reading it
             # must count its names only once it could read it.
-            os.unlink(unusable[-1])
-            draft = os.path.join(folder, ".leases-0123456789abcdef.draft")
-            os.link(os.path.join(folder, "first-name.sqlite3"), draft)
+            os.unlink(os.path.join(self.folder, "second-name.sqlite3"))
+            draft = os.path.join(self.folder, ".leases-0123456789abcdef.draft")
+            os.link(os.path.join(self.folder, "first-name.sqlite3"), draft)
             creator = sqlite3.connect(draft, isolation_level=None)
             self.addCleanup(creator.close)
             creator.execute("PRAGMA locking_mode=EXCLUSIVE")
             creator.executescript("BEGIN EXCLUSIVE; COMMIT")
             reading, ready, results, go = SPAWN.Event(), SPAWN.Queue(), SPAWN.Queue(), _set()
-            first = os.path.join(folder, "first-name.sqlite3")
+            first = os.path.join(self.folder, "first-name.sqlite3")
             opener = _start(self, _job, 0, _open_while_created, (first, reading), ready, go,
                             results)
             self.assertTrue(reading.wait(TIMEOUT), "the opener never came to read the file")
@@ -1289,7 +1310,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             creator.close()
             self.assertEqual(_collect(self, results, [opener]), ["opened"])
         with self.subTest("a new database is linked into place locked, until its draft is gone"):
-            locked = os.path.join(folder, "locked.sqlite3")
+            locked = os.path.join(self.folder, "locked.sqlite3")
             looked: list[str] = []
             real_link, real_unlink = os.link, os.unlink
 
@@ -1302,14 +1323,14 @@ class DurabilityAndInputTests(unittest.TestCase):
                     except sqlite3.OperationalError as exc:
                         looked.append(str(exc))
 
-            def link(draft: str, path: str) -> None:
-                real_link(draft, path)
+            def link(draft: str, name: str) -> None:
+                real_link(draft, name)
                 look()
 
-            def unlink(path: str) -> None:
-                if path.endswith(".draft") and os.path.exists(path):
+            def unlink(name: str) -> None:
+                if name.endswith(".draft") and os.path.exists(name):
                     look()
-                real_unlink(path)
+                real_unlink(name)
 
             with mock.patch.object(os, "link", link), mock.patch.object(os, "unlink", unlink):
                 Receiver(locked).close()
@@ -1317,14 +1338,15 @@ class DurabilityAndInputTests(unittest.TestCase):
         with self.subTest("a new file gets the mode the umask allows, as any file the user makes"):
             previous = os.umask(0o027)
             try:
-                Receiver(os.path.join(folder, "private.sqlite3")).close()
+                Receiver(os.path.join(self.folder, "private.sqlite3")).close()
             finally:
                 os.umask(previous)
-            mode = stat.S_IMODE(os.stat(os.path.join(folder, "private.sqlite3")).st_mode)
+            mode = stat.S_IMODE(os.stat(os.path.join(self.folder, "private.sqlite3")).st_mode)
             self.assertEqual(mode, 0o640)
 
+    def refuses_a_closed_store_naming_its_file(self) -> None:
         with self.subTest("a closed store raises LeaseError naming the file"):
-            closed_authority, closed_receiver = LeaseAuthority(path), Receiver(path)
+            closed_authority, closed_receiver = LeaseAuthority(self.path), Receiver(self.path)
             closed_authority.close()
             closed_receiver.close()
             closed_calls: list[Callable[[], object]] = [
@@ -1334,7 +1356,8 @@ class DurabilityAndInputTests(unittest.TestCase):
                 lambda: closed_receiver.decisions(RESOURCE),
             ]
             for closed_call in closed_calls:
-                with self.assertRaisesRegex(LeaseError, f"{re.escape(repr(path))} is closed"):
+                with self.assertRaisesRegex(LeaseError,
+                                            f"{re.escape(repr(self.path))} is closed"):
                     closed_call()
 
 
