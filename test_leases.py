@@ -75,120 +75,6 @@ ChildResult = tuple[int, bool, Any]
 Acquisition = tuple[str, int]
 
 
-# --- child process targets: top level, told everything by their arguments ---
-
-
-def _job(
-    number: int,
-    function: Callable[..., Any],
-    args: tuple[Any, ...],
-    ready: "Queue[int]",
-    start: "MPEvent",
-    results: "Queue[ChildResult]",
-) -> None:
-    """Report ready, wait for the common start, run `function(*args)` and report its result."""
-    try:
-        ready.put(number)
-        if not start.wait(TIMEOUT):
-            raise TimeoutError("start was never given")
-        results.put((number, True, function(*args)))
-    except BaseException:
-        results.put((number, False, traceback.format_exc()))
-        raise
-
-
-def _acquire_and_release(db_path: str, holder: str, rounds: int) -> list[int]:
-    """Take the resource `rounds` times, retrying while another process holds it."""
-    epochs: list[int] = []
-    with LeaseAuthority(db_path) as authority:
-        while len(epochs) < rounds:
-            try:
-                lease = authority.acquire(RESOURCE, holder, now=0, ttl=1)
-            except LeaseHeld:
-                continue
-            epochs.append(lease.epoch)
-            authority.release(lease)
-    return epochs
-
-
-def _write_epochs(db_path: str, writer: str, epochs: range) -> list[tuple[int, str]]:
-    with Receiver(db_path) as receiver:
-        return [(e, receiver.write(RESOURCE, e, writer).outcome.value) for e in epochs]
-
-
-def _take_over_and_write(db_path: str, now: int) -> Lease:
-    with LeaseAuthority(db_path) as authority, Receiver(db_path) as receiver:
-        lease = authority.acquire(RESOURCE, "child", now=now, ttl=10)
-        receiver.write(RESOURCE, lease.epoch, "from the child")
-        return lease
-
-
-def _pause_before(
-    store: LeaseAuthority | Receiver, statement: str, reached: "MPEvent", resume: "MPEvent"
-) -> None:
-    """Stop `store`'s next statement that starts with `statement`: set `reached`, await `resume`.
-
-    This reaches inside a real operation, between its SQL statements, so that a test can
-    decide exactly what another process does at that moment.
-    """
-
-    def trap(sql: str) -> None:
-        if sql.startswith(statement):
-            reached.set()
-            resume.wait(TIMEOUT)
-
-    assert store._connection is not None  # an open store
-    store._connection.set_trace_callback(trap)
-
-
-def _acquire_pausing(
-    db_path: str, holder: str, now: int, statement: str, reached: "MPEvent", resume: "MPEvent"
-) -> Acquisition:
-    with LeaseAuthority(db_path) as authority:
-        _pause_before(authority, statement, reached, resume)
-        try:
-            return ("granted", authority.acquire(RESOURCE, holder, now=now, ttl=10).epoch)
-        except LeaseHeld as held:
-            return ("held", held.lease.epoch)
-
-
-def _write_pausing(
-    db_path: str, epoch: int, value: str, statement: str, reached: "MPEvent", resume: "MPEvent"
-) -> WriteResult:
-    with Receiver(db_path) as receiver:
-        _pause_before(receiver, statement, reached, resume)
-        return receiver.write(RESOURCE, epoch, value)
-
-
-def _set() -> "MPEvent":
-    event = SPAWN.Event()
-    event.set()
-    return event
-
-
-def _open_while_created(path: str, reading: "MPEvent") -> str:
-    """Open a Receiver on `path`, saying when it comes to read the file."""
-    real = leases._check_tables
-
-    def check_tables(connection: "leases._Bounded", path: str) -> None:
-        reading.set()
-        real(connection, path)
-
-    with mock.patch.object(leases, "_check_tables", check_tables):
-        Receiver(path).close()
-    return "opened"
-
-
-def _leave_open_in_wal_mode(db_path: str, statements: str) -> None:
-    """Make the model's tables, then run `statements` in WAL mode, and end without closing the
-    database, as a killed program does: what they did stays in the WAL log only."""
-    connection = sqlite3.connect(db_path, isolation_level=None)
-    connection.executescript(";".join(leases._TABLES.values()))
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.executescript(statements)
-    os._exit(0)
-
-
 # --- the suite's own stopping and temporary files ---
 
 
@@ -412,158 +298,6 @@ def _evidence() -> dict[str, dict[str, Any]]:
     if not written:
         raise AssertionError(f"run_experiment.py wrote no evidence:\n{process.stderr}")
     return {record["name"]: record for record in json.loads(written)["scenarios"]}
-
-
-class _Closed(io.StringIO):
-    """A stdout whose reader has gone, as after `| head -1`."""
-
-    def write(self, text: str) -> int:
-        raise BrokenPipeError(32, "Broken pipe")
-
-
-class _Full(io.StringIO):
-    """A stdout on a full disk, which takes each write into its buffer and fails to flush."""
-
-    def flush(self) -> None:
-        raise OSError(28, "No space left on device")
-
-
-def _main(
-    *args: str, play: Callable[[], Any] | None = None, stdout: io.StringIO | None = None,
-    heed: int = 0, closed_stdout: bool = False,
-) -> tuple[int, str, str]:
-    """run_experiment.main(args) in this process: its exit code, stdout and stderr.  `play`
-    stands in for playing the scenarios, which the suite does once, in _run(); without it,
-    main() must not start a run.
-
-    main() is a program: it takes the stop signals over.  The suite's own handlers are put
-    back afterwards.  `closed_stdout` starts it as `>&-` does, with no sys.stdout at all.
-    `heed` is a signal that the
-    caller sends itself, to be heeded even where the suite runs with it ignored (a script's
-    background job ignores SIGINT); a stop main() reports for any other came from outside,
-    and stops the suite.
-    """
-    handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
-    if heed:
-        signal.signal(heed, signal.default_int_handler)
-    out, err = None if closed_stdout else stdout or io.StringIO(), io.StringIO()
-
-    def no_run() -> Any:
-        raise AssertionError("the command line started a run")
-
-    played = mock.patch.object(run_experiment, "run_scenarios", play or no_run)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), played:
-            code = run_experiment.main(list(args))
-    except SystemExit as exit:  # argparse's own refusals
-        code = int(exit.code or 0)
-    finally:
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
-    if any(number != heed for number in run_experiment.noted_stops()):  # whatever the code
-        raise KeyboardInterrupt(err.getvalue().strip())
-    return code, "" if out is None else out.getvalue(), err.getvalue()
-
-
-def _run_signalling_workers(test: unittest.TestCase, *numbers: int) -> tuple[int, str, str]:
-    """The README's --check command, in a fresh interpreter, with `numbers` sent to every
-    worker, and to multiprocessing's resource tracker, just as the engine first waits for a
-    report, while most workers are still starting up."""
-    program = ("import sys, test_leases; "
-               f"sys.exit(test_leases._signalling_workers({[int(n) for n in numbers]!r}))")
-    done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
-                          check=False, capture_output=True, text=True)
-    return done.returncode, done.stdout, done.stderr
-
-
-def _signalling_workers(numbers: list[int]) -> int:
-    real, sent = run_experiment.take_report, [False]
-
-    def report(*args: Any) -> Any:
-        tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
-        pids = [child.pid for child in multiprocessing.active_children()] + [tracker]
-        for pid in pids if not sent[-1] else ():
-            for number in numbers:
-                os.kill(pid, number)
-        sent.append(True)
-        return real(*args)
-
-    with tempfile.TemporaryDirectory() as folder, \
-            mock.patch.object(run_experiment, "take_report", report):
-        return run_experiment.main(["--check", "results.json",
-                                    "--output", os.path.join(folder, "out.json")])
-
-
-def _run_killing(test: unittest.TestCase, scenario: int, step: int, victim: str) -> tuple[
-        int, str, str]:
-    """The README's --check command, in a fresh interpreter, SIGKILLing `victim`'s worker in
-    scenario number `scenario` while the engine waits for the report of its step `step`: by
-    then the victim waits for a later step.  A hang is TimeoutExpired, after TIMEOUT."""
-    program = ("import sys, test_leases; "
-               f"sys.exit(test_leases._killing({scenario}, {step}, {victim!r}))")
-    done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
-                          check=False, capture_output=True, text=True)
-    return done.returncode, done.stdout, done.stderr
-
-
-def _killing(scenario: int, step: int, victim: str) -> int:
-    real, reports = run_experiment.take_report, Counter[str]()
-
-    def report(play: Any, actor: str, timeout: float) -> Any:
-        name = play.scenario.name
-        if name == run_experiment.SCENARIOS[scenario].name and reports[name] == step:
-            worker = play.workers[victim]
-            # Killed at the worst moment, as it wrote a report: its Queue's lock stays held.
-            play.reports[victim]._wlock.acquire()
-            worker.kill()
-            worker.join(TIMEOUT)  # dead before anything is released to it
-        reports[name] += 1
-        return real(play, actor, timeout)
-
-    with mock.patch.object(run_experiment, "take_report", report):
-        return run_experiment.main(["--check", "results.json"])
-
-
-def _leading() -> None:
-    """Run the README's command; once the first step is reported, when its worker waits for
-    its next and the others wait or start, print the PIDs of the workers and the resource
-    tracker, and hang."""
-    real = run_experiment.take_report
-
-    def report(play: Any, actor: str, timeout: float) -> Any:
-        reported = real(play, actor, timeout)
-        tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
-        pids = [child.pid for child in multiprocessing.active_children()] + [tracker]
-        print(json.dumps(pids), flush=True)
-        threading.Event().wait(TIMEOUT)  # until the test kills this process
-        return reported
-
-    with mock.patch.object(run_experiment, "take_report", report):
-        run_experiment.main(["--check", "results.json"])
-
-
-def _gone_within(pids: list[int], seconds: float) -> list[int]:
-    """The processes of `pids` still alive after `seconds`, waited for on their pidfds."""
-    deadline, alive = time.monotonic() + seconds, []
-    for pid in pids:
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        try:  # a pidfd is readable once its process has exited
-            if not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                alive.append(pid)
-        finally:
-            os.close(pidfd)
-    return alive
-
-
-def _serving_then(exit_code: int, orders: run_experiment.Orders) -> None:
-    """A worker that does its steps, reports them, then exits with `exit_code`.  A seam: what a
-    spawned worker does after its last report cannot be changed by a patch in this process, and
-    the real worker always exits 0."""
-    run_experiment.serve(orders)
-    os._exit(exit_code)
 
 
 def _acquired(actor: str, tick: int, epoch: int, expires_at: int) -> Event:
@@ -1840,6 +1574,273 @@ class CommandLineTests(unittest.TestCase):
             [2, None, "lost"],
         ])
         self.assertEqual(exit_codes[9], {"A": None, "B": 0})
+
+
+# --- plumbing, after the tests: child process targets, top level and told everything by their
+#     arguments; then the command-line harness ---
+
+
+def _job(
+    number: int,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    ready: "Queue[int]",
+    start: "MPEvent",
+    results: "Queue[ChildResult]",
+) -> None:
+    """Report ready, wait for the common start, run `function(*args)` and report its result."""
+    try:
+        ready.put(number)
+        if not start.wait(TIMEOUT):
+            raise TimeoutError("start was never given")
+        results.put((number, True, function(*args)))
+    except BaseException:
+        results.put((number, False, traceback.format_exc()))
+        raise
+
+
+def _acquire_and_release(db_path: str, holder: str, rounds: int) -> list[int]:
+    """Take the resource `rounds` times, retrying while another process holds it."""
+    epochs: list[int] = []
+    with LeaseAuthority(db_path) as authority:
+        while len(epochs) < rounds:
+            try:
+                lease = authority.acquire(RESOURCE, holder, now=0, ttl=1)
+            except LeaseHeld:
+                continue
+            epochs.append(lease.epoch)
+            authority.release(lease)
+    return epochs
+
+
+def _write_epochs(db_path: str, writer: str, epochs: range) -> list[tuple[int, str]]:
+    with Receiver(db_path) as receiver:
+        return [(e, receiver.write(RESOURCE, e, writer).outcome.value) for e in epochs]
+
+
+def _take_over_and_write(db_path: str, now: int) -> Lease:
+    with LeaseAuthority(db_path) as authority, Receiver(db_path) as receiver:
+        lease = authority.acquire(RESOURCE, "child", now=now, ttl=10)
+        receiver.write(RESOURCE, lease.epoch, "from the child")
+        return lease
+
+
+def _pause_before(
+    store: LeaseAuthority | Receiver, statement: str, reached: "MPEvent", resume: "MPEvent"
+) -> None:
+    """Stop `store`'s next statement that starts with `statement`: set `reached`, await `resume`.
+
+    This reaches inside a real operation, between its SQL statements, so that a test can
+    decide exactly what another process does at that moment.
+    """
+
+    def trap(sql: str) -> None:
+        if sql.startswith(statement):
+            reached.set()
+            resume.wait(TIMEOUT)
+
+    assert store._connection is not None  # an open store
+    store._connection.set_trace_callback(trap)
+
+
+def _acquire_pausing(
+    db_path: str, holder: str, now: int, statement: str, reached: "MPEvent", resume: "MPEvent"
+) -> Acquisition:
+    with LeaseAuthority(db_path) as authority:
+        _pause_before(authority, statement, reached, resume)
+        try:
+            return ("granted", authority.acquire(RESOURCE, holder, now=now, ttl=10).epoch)
+        except LeaseHeld as held:
+            return ("held", held.lease.epoch)
+
+
+def _write_pausing(
+    db_path: str, epoch: int, value: str, statement: str, reached: "MPEvent", resume: "MPEvent"
+) -> WriteResult:
+    with Receiver(db_path) as receiver:
+        _pause_before(receiver, statement, reached, resume)
+        return receiver.write(RESOURCE, epoch, value)
+
+
+def _set() -> "MPEvent":
+    event = SPAWN.Event()
+    event.set()
+    return event
+
+
+def _open_while_created(path: str, reading: "MPEvent") -> str:
+    """Open a Receiver on `path`, saying when it comes to read the file."""
+    real = leases._check_tables
+
+    def check_tables(connection: "leases._Bounded", path: str) -> None:
+        reading.set()
+        real(connection, path)
+
+    with mock.patch.object(leases, "_check_tables", check_tables):
+        Receiver(path).close()
+    return "opened"
+
+
+def _leave_open_in_wal_mode(db_path: str, statements: str) -> None:
+    """Make the model's tables, then run `statements` in WAL mode, and end without closing the
+    database, as a killed program does: what they did stays in the WAL log only."""
+    connection = sqlite3.connect(db_path, isolation_level=None)
+    connection.executescript(";".join(leases._TABLES.values()))
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.executescript(statements)
+    os._exit(0)
+
+
+class _Closed(io.StringIO):
+    """A stdout whose reader has gone, as after `| head -1`."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+class _Full(io.StringIO):
+    """A stdout on a full disk, which takes each write into its buffer and fails to flush."""
+
+    def flush(self) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def _main(
+    *args: str, play: Callable[[], Any] | None = None, stdout: io.StringIO | None = None,
+    heed: int = 0, closed_stdout: bool = False,
+) -> tuple[int, str, str]:
+    """run_experiment.main(args) in this process: its exit code, stdout and stderr.  `play`
+    stands in for playing the scenarios, which the suite does once, in _run(); without it,
+    main() must not start a run.
+
+    main() is a program: it takes the stop signals over.  The suite's own handlers are put
+    back afterwards.  `closed_stdout` starts it as `>&-` does, with no sys.stdout at all.
+    `heed` is a signal that the
+    caller sends itself, to be heeded even where the suite runs with it ignored (a script's
+    background job ignores SIGINT); a stop main() reports for any other came from outside,
+    and stops the suite.
+    """
+    handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    if heed:
+        signal.signal(heed, signal.default_int_handler)
+    out, err = None if closed_stdout else stdout or io.StringIO(), io.StringIO()
+
+    def no_run() -> Any:
+        raise AssertionError("the command line started a run")
+
+    played = mock.patch.object(run_experiment, "run_scenarios", play or no_run)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), played:
+            code = run_experiment.main(list(args))
+    except SystemExit as exit:  # argparse's own refusals
+        code = int(exit.code or 0)
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    if any(number != heed for number in run_experiment.noted_stops()):  # whatever the code
+        raise KeyboardInterrupt(err.getvalue().strip())
+    return code, "" if out is None else out.getvalue(), err.getvalue()
+
+
+def _run_signalling_workers(test: unittest.TestCase, *numbers: int) -> tuple[int, str, str]:
+    """The README's --check command, in a fresh interpreter, with `numbers` sent to every
+    worker, and to multiprocessing's resource tracker, just as the engine first waits for a
+    report, while most workers are still starting up."""
+    program = ("import sys, test_leases; "
+               f"sys.exit(test_leases._signalling_workers({[int(n) for n in numbers]!r}))")
+    done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
+                          check=False, capture_output=True, text=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _signalling_workers(numbers: list[int]) -> int:
+    real, sent = run_experiment.take_report, [False]
+
+    def report(*args: Any) -> Any:
+        tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
+        pids = [child.pid for child in multiprocessing.active_children()] + [tracker]
+        for pid in pids if not sent[-1] else ():
+            for number in numbers:
+                os.kill(pid, number)
+        sent.append(True)
+        return real(*args)
+
+    with tempfile.TemporaryDirectory() as folder, \
+            mock.patch.object(run_experiment, "take_report", report):
+        return run_experiment.main(["--check", "results.json",
+                                    "--output", os.path.join(folder, "out.json")])
+
+
+def _run_killing(test: unittest.TestCase, scenario: int, step: int, victim: str) -> tuple[
+        int, str, str]:
+    """The README's --check command, in a fresh interpreter, SIGKILLing `victim`'s worker in
+    scenario number `scenario` while the engine waits for the report of its step `step`: by
+    then the victim waits for a later step.  A hang is TimeoutExpired, after TIMEOUT."""
+    program = ("import sys, test_leases; "
+               f"sys.exit(test_leases._killing({scenario}, {step}, {victim!r}))")
+    done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
+                          check=False, capture_output=True, text=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _killing(scenario: int, step: int, victim: str) -> int:
+    real, reports = run_experiment.take_report, Counter[str]()
+
+    def report(play: Any, actor: str, timeout: float) -> Any:
+        name = play.scenario.name
+        if name == run_experiment.SCENARIOS[scenario].name and reports[name] == step:
+            worker = play.workers[victim]
+            # Killed at the worst moment, as it wrote a report: its Queue's lock stays held.
+            play.reports[victim]._wlock.acquire()
+            worker.kill()
+            worker.join(TIMEOUT)  # dead before anything is released to it
+        reports[name] += 1
+        return real(play, actor, timeout)
+
+    with mock.patch.object(run_experiment, "take_report", report):
+        return run_experiment.main(["--check", "results.json"])
+
+
+def _leading() -> None:
+    """Run the README's command; once the first step is reported, when its worker waits for
+    its next and the others wait or start, print the PIDs of the workers and the resource
+    tracker, and hang."""
+    real = run_experiment.take_report
+
+    def report(play: Any, actor: str, timeout: float) -> Any:
+        reported = real(play, actor, timeout)
+        tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
+        pids = [child.pid for child in multiprocessing.active_children()] + [tracker]
+        print(json.dumps(pids), flush=True)
+        threading.Event().wait(TIMEOUT)  # until the test kills this process
+        return reported
+
+    with mock.patch.object(run_experiment, "take_report", report):
+        run_experiment.main(["--check", "results.json"])
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The processes of `pids` still alive after `seconds`, waited for on their pidfds."""
+    deadline, alive = time.monotonic() + seconds, []
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:  # a pidfd is readable once its process has exited
+            if not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                alive.append(pid)
+        finally:
+            os.close(pidfd)
+    return alive
+
+
+def _serving_then(exit_code: int, orders: run_experiment.Orders) -> None:
+    """A worker that does its steps, reports them, then exits with `exit_code`.  A seam: what a
+    spawned worker does after its last report cannot be changed by a patch in this process, and
+    the real worker always exits 0."""
+    run_experiment.serve(orders)
+    os._exit(exit_code)
 
 
 if __name__ == "__main__":
