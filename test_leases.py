@@ -383,7 +383,10 @@ class ScenarioTests(unittest.TestCase):
             Step("A", Action.ACQUIRE, 3, ttl=1),
             Step("A", Action.CHECK, 5),
         )
-        record = run_scenarios([Scenario("own", True, "", steps)], timeout=TIMEOUT)["scenarios"][0]
+        live = (Step("A", Action.ACQUIRE, 0, ttl=10), Step("A", Action.CHECK, 9))
+        record, live_at_end = run_scenarios(
+            [Scenario("own", True, "", steps), Scenario("live", True, "", live)],
+            timeout=TIMEOUT)["scenarios"]
         with self.subTest("each step of the reader's schedule is answered by the rules"):
             self.assertEqual(_story(record), [
                 ("A", "acquire", 0, 1, "granted", None),
@@ -398,8 +401,11 @@ class ScenarioTests(unittest.TestCase):
                 ("A", "check", 5, 3, "lost", None),
             ])
             self.assertEqual(record["final"], {"epoch": 2, "value": "by B"})
-        with self.subTest("the lease at the end is the one live at the last tick: none"):
+        with self.subTest("the lease at the end is the one live at the last tick: none, or "
+                          "one that expires at the next"):
             self.assertIsNone(record["lease_at_end"])
+            self.assertEqual(live_at_end["lease_at_end"],
+                             {"holder": "A", "epoch": 1, "expires_at": 10})
         with self.subTest("the timeline counts the refusals by their kind"):
             self.assertEqual(run_experiment.timeline(record).split("\n")[-1],
                              "  final value written by B; stale writes refused: 2, conflicting: 1")
@@ -1243,16 +1249,19 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(len(pids), 7)  # six workers and the tracker
             leader.kill()
             self.assertEqual(_gone_within(pids, 10.0), [])
-        with self.subTest("a worker that exits nonzero after its last report fails the run at "
-                          "that step, before the next is released"), \
-                mock.patch.object(run_experiment, "run_worker",
-                                  functools.partial(_serving_then, 5)):
-            two = Scenario("two", True, "", (Step("A", Action.ACQUIRE, 0, ttl=1),
-                                             Step("B", Action.ACQUIRE, 1, ttl=1)))
-            with self.assertRaises(ExperimentError) as caught:
-                run_scenarios([two], timeout=TIMEOUT)
-            self.assertEqual(str(caught.exception), "scenario 'two', step 0 (A acquire at tick "
-                             "0): worker A: exited with code 5 after its last report")
+        for code in (5, -signal.SIGKILL):
+            with self.subTest("a worker that exits nonzero, or is killed, after its last report "
+                              "fails the run at that step, before the next is released",
+                              code=code), \
+                    mock.patch.object(run_experiment, "run_worker",
+                                      functools.partial(_serving_then, code)):
+                two = Scenario("two", True, "", (Step("A", Action.ACQUIRE, 0, ttl=1),
+                                                 Step("B", Action.ACQUIRE, 1, ttl=1)))
+                with self.assertRaises(ExperimentError) as caught:
+                    run_scenarios([two], timeout=TIMEOUT)
+                self.assertEqual(str(caught.exception), "scenario 'two', step 0 (A acquire at "
+                                 f"tick 0): worker A: exited with code {code} after its last "
+                                 "report")
 
     def stops_at_its_next_wait_on_a_stop_signal_leaving_output_untouched(self) -> None:
         real_report, ended_at_the_wait = run_experiment.take_report, []
@@ -1306,29 +1315,59 @@ class CommandLineTests(unittest.TestCase):
                     self.assertIn(f"stopped by {signal.Signals(number).name}", err)
                     self.assertFalse(os.path.exists(self.never))
 
+        with self.subTest("two stops: the first one noted is the one reported"):
+            def two_stops() -> Any:
+                signal.raise_signal(signal.SIGTERM)
+                signal.raise_signal(signal.SIGHUP)
+                return self.evidence()
+
+            code, out, err = _main("--output", self.never, heed=(signal.SIGTERM, signal.SIGHUP),
+                                   play=two_stops)
+            self.assertEqual((code, out), (128 + signal.SIGTERM, ""))
+            self.assertIn("stopped by SIGTERM", err)
+
     def reports_each_difference_from_the_check_file_verdicts_first(self) -> None:
         with self.subTest("--check reports the differing JSON paths, verdicts first; exit 1, "
                           "and --output is still written"):
             document = self.evidence()
             document["scenarios"][0]["events"][3]["outcome"] = "stale"
             document["scenarios"][1]["verdict"]["stale_writes_refused"] = True  # 1 == True
+            document["scenarios"][2]["lease_at_end"]["epoch"] = 3
             self.tampered = self.write_json("tampered.json", document)
             self.tampered_document = document
             code, out, err = _main("--check", self.tampered, "--output", self.never,
                                    play=self.evidence)
             self.assertEqual(code, 1, err)
-            self.assertEqual(out.splitlines()[1:], [
+            self.assertEqual(out.splitlines()[1:], [  # what the runs concluded, first
                 "  $.scenarios[1].verdict.stale_writes_refused: expected true, got 1",
+                "  $.scenarios[2].lease_at_end.epoch: expected 3, got 2",
                 '  $.scenarios[0].events[3].outcome: expected "stale", got "applied"',
             ])
             self.assertEqual(_bytes(self.never), self.written)
             os.unlink(self.never)
-        with self.subTest("one differing path is exit 1, and the path is named"):
-            one = self.evidence()
-            one["scenarios"][2]["final"]["value"] = "report by A"
-            code, out, err = _main("--check", self.write_json("one.json", one), play=self.evidence)
-            self.assertEqual((code, out.splitlines()[1:]), (1, [
-                '  $.scenarios[2].final.value: expected "report by A", got "report by B"']), err)
+        for where, change, said in [
+            ("a verdict", ("final", "value"),
+             '$.scenarios[2].final.value: expected "x", got "report by B"'),
+            ("an event", ("events", 0, "tick"),
+             '$.scenarios[2].events[0].tick: expected "x", got 0'),
+            ("the receiver's log", ("decisions", 0, "value"),
+             '$.scenarios[2].decisions[0].value: expected "x", got "report by A"'),
+        ]:
+            with self.subTest("one differing path is exit 1, and the path is named", where=where):
+                one = self.evidence()
+                *into, last = change
+                functools.reduce(lambda item, key: item[key], into, one["scenarios"][2])[
+                    last] = "x"
+                code, out, err = _main("--check", self.write_json("one.json", one),
+                                       play=self.evidence)
+                self.assertEqual((code, out.splitlines()[1:]), (1, [f"  {said}"]), err)
+        with self.subTest("a long value is cut to 70 characters in the report"):
+            long = self.evidence()
+            long["scenarios"][2]["final"]["value"] = "x" * 300
+            code, out, err = _main("--check", self.write_json("long.json", long),
+                                   play=self.evidence)
+            self.assertEqual(out.splitlines()[1], f'  $.scenarios[2].final.value: expected '
+                             f'"{"x" * 66}..., got "report by B"')  # 70 in all
         with self.subTest("with neither --check nor --output, stdout is the evidence"):
             self.assertEqual(_main(play=self.evidence)[:2], (0, self.written.decode("ascii")))
         with self.subTest("an unexpected error exits 70, not 1, in one line naming it"):
@@ -1500,6 +1539,7 @@ class CommandLineTests(unittest.TestCase):
             (lambda: Step("A", Action.CHECK, 2**63), r"tick must be an int from 0 to 2\*\*63 - 1"),
             (lambda: Step("A", Action.ACQUIRE, 0, ttl=2**63), r"a ttl \(an int from 1 to 2\*\*63"),
             (lambda: Step("A", Action.ACQUIRE, 0), "acquire and renew need a ttl"),
+            (lambda: Step("A", Action.RENEW, 0, ttl=0), "acquire and renew need a ttl"),
             (lambda: Step("A", Action.WRITE, 0), "a write needs a value"),
             (lambda: Step("", Action.CHECK, 0), "actor must not be empty"),
             (lambda: Scenario("none", True, "", ()), "steps must not be empty"),
@@ -1707,7 +1747,7 @@ class _Full(io.StringIO):
 
 def _main(
     *args: str, play: Callable[[], Any] | None = None, stdout: io.StringIO | None = None,
-    heed: int = 0, closed_stdout: bool = False,
+    heed: int | tuple[int, ...] = (), closed_stdout: bool = False,
 ) -> tuple[int, str, str]:
     """run_experiment.main(args) in this process: its exit code, stdout and stderr.  `play`
     stands in for playing the scenarios, which the suite does once, in _run(); without it,
@@ -1715,14 +1755,14 @@ def _main(
 
     main() is a program: it takes the stop signals over.  The suite's own handlers are put
     back afterwards.  `closed_stdout` starts it as `>&-` does, with no sys.stdout at all.
-    `heed` is a signal that the
-    caller sends itself, to be heeded even where the suite runs with it ignored (a script's
-    background job ignores SIGINT); a stop main() reports for any other came from outside,
-    and stops the suite.
+    `heed` is a signal, or signals, that the caller sends itself, to be heeded even where the
+    suite runs with it ignored (a script's background job ignores SIGINT); a stop main()
+    reports for any other came from outside, and stops the suite.
     """
     handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
-    if heed:
-        signal.signal(heed, signal.default_int_handler)
+    heeded = heed if isinstance(heed, tuple) else (heed,)
+    for number in heeded:
+        signal.signal(number, signal.default_int_handler)
     out, err = None if closed_stdout else stdout or io.StringIO(), io.StringIO()
 
     def no_run() -> Any:
@@ -1737,7 +1777,7 @@ def _main(
     finally:
         for number, handler in handlers.items():
             signal.signal(number, handler)
-    if any(number != heed for number in run_experiment.noted_stops()):  # whatever the code
+    if any(number not in heeded for number in run_experiment.noted_stops()):  # whatever code
         raise KeyboardInterrupt(err.getvalue().strip())
     return code, "" if out is None else out.getvalue(), err.getvalue()
 
@@ -1836,10 +1876,12 @@ def _gone_within(pids: list[int], seconds: float) -> list[int]:
 
 
 def _serving_then(exit_code: int, orders: run_experiment.Orders) -> None:
-    """A worker that does its steps, reports them, then exits with `exit_code`.  A seam: what a
-    spawned worker does after its last report cannot be changed by a patch in this process, and
-    the real worker always exits 0."""
+    """A worker that does its steps, reports them, then exits with `exit_code`, or is killed
+    by signal -`exit_code`.  A seam: what a spawned worker does after its last report cannot be
+    changed by a patch in this process, and the real worker always exits 0."""
     run_experiment.serve(orders)
+    if exit_code < 0:
+        os.kill(os.getpid(), -exit_code)
     os._exit(exit_code)
 
 
