@@ -809,30 +809,47 @@ class DurabilityAndInputTests(unittest.TestCase):
                 call = pool.submit(waiting.acquire, "waited", "A", now=1, ttl=1)
                 with self.assertRaisesRegex(LeaseError, "another thread's call kept it busy"):
                     call.result(TIMEOUT)
+        with self.subTest("a call that Ctrl-C cut short, holding its object's lock, leaves the "
+                          "object usable by its thread"):
+            waiting._lock.acquire()  # as a KeyboardInterrupt just after the lock was taken
+            self.addCleanup(waiting._lock.release)
+            self.assertEqual(waiting.acquire("cut short", "A", now=1, ttl=1).epoch, 1)
         leases.BUSY_TIMEOUT_SECONDS = TIMEOUT
-        for database, statement in ((self.journal, "COMMIT"),
-                                    (self.path, "PRAGMA wal_checkpoint(FULL)")):
-            with self.subTest("a statement that waits for a reader to finish tries again",
-                              statement=statement):
-                store = _receiver(self, database)
-                reader = sqlite3.connect(database, isolation_level=None)
-                self.addCleanup(reader.close)
-                reader.execute("BEGIN")
-                reader.execute("SELECT * FROM receiver_decisions").fetchall()
-                tries: list[str] = []
+        with self.subTest("a COMMIT that waits for a reader to finish tries again"):
+            store = _receiver(self, self.journal)
+            reader = sqlite3.connect(self.journal, isolation_level=None)
+            self.addCleanup(reader.close)
+            reader.execute("BEGIN")
+            reader.execute("SELECT * FROM receiver_decisions").fetchall()
+            tries: list[str] = []
 
-                def finish_reading(  # once the statement was found busy
-                    sql: str, tries: list[str] = tries, statement: str = statement,
-                    reader: sqlite3.Connection = reader,
-                ) -> None:
-                    tries.append(sql)
-                    if tries.count(statement) == 2:
-                        reader.execute("ROLLBACK")
+            def finish_reading(sql: str) -> None:  # once the COMMIT was found busy
+                tries.append(sql)
+                if tries.count("COMMIT") == 2:
+                    reader.execute("ROLLBACK")
 
-                assert store._connection is not None
-                store._connection.set_trace_callback(finish_reading)
-                self.assertEqual(store.write("waited", 1, "one").outcome, Outcome.APPLIED)
-                self.assertEqual(tries.count(statement), 2)
+            assert store._connection is not None
+            store._connection.set_trace_callback(finish_reading)
+            self.assertEqual(store.write("waited", 1, "one").outcome, Outcome.APPLIED)
+            self.assertEqual(tries.count("COMMIT"), 2)
+        with self.subTest("a reader of an older snapshot neither fails nor holds up a call; the "
+                          "change goes into the file itself by a later call"):
+            store = _receiver(self, self.path)
+            reader = sqlite3.connect(self.path, isolation_level=None)
+            self.addCleanup(reader.close)
+            reader.execute("BEGIN")
+            reader.execute("SELECT * FROM receiver_decisions").fetchall()
+            started = time.monotonic()
+            self.assertEqual(store.write("read", 1, "one").outcome, Outcome.APPLIED)
+            self.assertLess(time.monotonic() - started, TIMEOUT / 2)
+            reader.execute("ROLLBACK")
+            self.assertEqual(store.write("read", 2, "two").outcome, Outcome.APPLIED)
+            alone = os.path.join(os.path.dirname(self.path), "file-alone.sqlite3")
+            subprocess.run(["cp", self.path, alone], check=True)  # the file, without its log
+            with contextlib.closing(sqlite3.connect(alone)) as copy:
+                self.assertEqual(copy.execute("SELECT epoch FROM receiver_decisions WHERE"
+                                              " resource = 'read' ORDER BY seq").fetchall(),
+                                 [(1,), (2,)])
 
     def refuses_every_call_once_its_file_is_renamed_or_given_another_name(self) -> None:
         for how in ("renamed", "linked by a new name, the old one removed", "renamed mid-call"):

@@ -28,6 +28,7 @@ from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README, TESTS, EVIDENCE = "README.md", "test_leases.py", "results.json"
+BREAKAGES = ".ci/breakages.md"  # its | breakage | rows: changes the named tests must catch
 TIMEOUT = 60.0  # per command: a named test takes 0.01 to 1.2 s, the whole suite 4 s
 CITATION = re.compile(r"\b[A-Z]\w*\.test\w*\b")
 HEADING = re.compile(r"^#{1,6}\s")
@@ -321,7 +322,7 @@ def _agree(where: str, tried: list[tuple[str, dict[str, Any], str]], answers: li
 
 
 def check_breakage(line: int, row: dict[str, str]) -> str:
-    label = f"breakage {row['breakage']!r} ({README} line {line})"
+    label = f"breakage {row['breakage']!r} ({BREAKAGES} line {line})"
     # Each a `code span`, where \n stands for a line break.
     spans = [re.fullmatch(r"(`+) ?(.+?) ?\1", row[column], re.DOTALL)
              for column in ("file", "replace this", "with this")]
@@ -372,7 +373,9 @@ def main() -> int:
                  for (line, language, text), after in zip(readme.blocks, following)
                  if language not in ("text", "mermaid")]
         try:
-            jobs += [functools.partial(check_breakage, *row) for row in readme.table("breakage")[2]]
+            breakages = Readme((ROOT / BREAKAGES).read_text(encoding="utf-8"))
+            jobs += [functools.partial(check_breakage, *row)
+                     for row in breakages.table("breakage")[2]]
         except Drift as drift:
             jobs.append(drift)
         # Two at a time: the breakages' tests spawn processes of their own, on two cores.
