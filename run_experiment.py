@@ -358,7 +358,8 @@ def judge(events: Sequence[Event]) -> dict[str, Any]:
 
     `because` holds, for each field, the indices (into `events`) of the events that made it
     what it is, so that every field can be checked against the events by hand.  An applied
-    write whose actor was never granted a lease is malformed: ValueError names it.
+    write whose actor was never granted a lease, or a lease without its epoch or expiry, is
+    malformed: ValueError names it.
     """
     fields = [cls.field for cls in CLASSES if cls.field is not None]
     because: dict[str, list[int]] = {field: [] for field in (*fields, "final_value_written_by")}
@@ -366,7 +367,8 @@ def judge(events: Sequence[Event]) -> dict[str, Any]:
     newest, stored = 0, None  # the highest epoch granted; the epoch last applied
     for index, event in enumerate(events):
         if event.outcome in (Answer.GRANTED, Answer.RENEWED):
-            assert event.epoch is not None and event.expires_at is not None
+            if event.epoch is None or event.expires_at is None:
+                raise ValueError(f"event {index} {event!r}: a lease without its epoch or expiry")
             expires_at[event.actor] = event.expires_at
             newest = max(newest, event.epoch)
         elif event.action is Action.WRITE and event.outcome != Answer.NO_LEASE:
@@ -451,16 +453,15 @@ def _play(play: Play, timeout: float) -> dict[str, Any]:
     events = []
     for index, step in enumerate(play.scenario.steps):
         worker = play.workers[step.actor]
-        problem = release(play.released[index], worker, timeout)
+        event, problem = None, release(play.released[index], worker, timeout)
         if problem is None:
             _, event, problem = take_report(play, step.actor, timeout)
         if problem is None and all(later.actor != step.actor
                                    for later in play.scenario.steps[index + 1 :]):
             problem = exit_problem(worker, timeout)
-        if problem is not None:  # it failed, hung or died
+        if event is None or problem is not None:  # it failed, hung or died
             raise ExperimentError(play.scenario.name, f"step {index} ({step})",
                                   f"worker {step.actor}: {problem}")
-        assert event is not None
         events.append(event)
     return _record(play.scenario, play.db_path, events)
 

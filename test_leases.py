@@ -481,6 +481,8 @@ class ScenarioTests(unittest.TestCase):
                 self.assertEqual(judge(events)["because"], {**judge([])["because"], **because})
         with self.assertRaisesRegex(ValueError, r"event 0 .* a write by an actor with no lease"):
             judge([_wrote("C", 1, 1, "x", Outcome.APPLIED, (1, "x"))])
+        with self.assertRaisesRegex(ValueError, r"event 0 .* a lease without its epoch"):
+            judge([Event("C", Action.ACQUIRE, 1, Answer.GRANTED, 1, None)])
 
 
 class AuthorityTests(unittest.TestCase):
