@@ -112,7 +112,8 @@ class LeaseLost(LeaseError):
 
 
 def is_live(expires_at: int, *, now: int) -> bool:
-    """The one expiry rule: a lease is live before its expiry tick `expires_at`, expired at it."""
+    """The one expiry rule: a lease is live before its expiry tick `expires_at`, and expired at
+    it.  (A released lease, which has no holder, is live at no tick.)"""
     return now < expires_at
 
 

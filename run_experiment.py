@@ -53,7 +53,7 @@ __all__ = [  # noqa: RUF022 - grouped by who uses them, sorted within
     "command", "make_parser", "note", "output_target", "perform", "publish", "scratch",
     "stop_if_asked", "write",
     # seams of the engine, public for the suite, which breaks and watches each of them
-    "Orders", "Play", "Report", "exit_problem", "holding_signals", "noted_stops", "release", "run_worker",
+    "Orders", "Play", "Report", "exit_problem", "holding_signals", "noted_stops", "release_step", "run_worker",
     "serve", "start_resource_tracker", "take_report",
 ]
 
@@ -453,7 +453,7 @@ def _play(play: Play, timeout: float) -> dict[str, Any]:
     events = []
     for index, step in enumerate(play.scenario.steps):
         worker = play.workers[step.actor]
-        event, problem = None, release(play.released[index], worker, timeout)
+        event, problem = None, release_step(play.released[index], worker, timeout)
         if problem is None:
             _, event, problem = take_report(play, step.actor, timeout)
         if problem is None and all(later.actor != step.actor
@@ -466,7 +466,7 @@ def _play(play: Play, timeout: float) -> dict[str, Any]:
     return _record(play.scenario, play.db_path, events)
 
 
-def release(released: "MPEvent", worker: "BaseProcess", timeout: float) -> str | None:
+def release_step(released: "MPEvent", worker: "BaseProcess", timeout: float) -> str | None:
     """Set `released`: None, or why that did not happen within `timeout`.
 
     Setting a multiprocessing Event waits until every process asleep on it has woken, and a
@@ -554,8 +554,9 @@ def run_worker(orders: Orders) -> None:
         signal.signal(number, _exit_on_sigterm if number == signal.SIGTERM else signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     serve(orders)
-    # The engine waits for a worker to be gone before it releases the next step: once the
-    # reports are flushed, skip the interpreter's own exit, which takes longer than the step.
+    # After a worker's last step, the engine waits for it to be gone before it releases the
+    # next: once the reports are flushed, skip the interpreter's own exit, which takes longer
+    # than the step.
     os._exit(0)
 
 
