@@ -115,6 +115,30 @@ class CountingTests(unittest.TestCase):
         self.assertEqual([(e["epoch"], e["outcome"]) for e in witnesses["fenced stale refused"]],
                          [(1, "granted"), (2, "granted"), (2, "applied"), (1, "stale")])
 
+    def test_each_class_of_a_write_is_what_its_rule_says(self) -> None:
+        def answered(outcome: str, epoch: int, tick: int, *, newest: int, stored: int | None,
+                     expires_at: int = 10) -> run_experiment.Write:
+            event = run_experiment.Event("A", WRITE, tick, outcome, epoch, None, "v", None, None)
+            return run_experiment.Write(event, newest, stored, expires_at)
+
+        for write, names in [
+            (answered("applied", 1, 11, newest=2, stored=2),
+             {"lost update", "superseded applied", "late applied"}),
+            (answered("stale", 1, 11, newest=2, stored=2), {"stale refused"}),
+            (answered("applied", 1, 5, newest=2, stored=None), {"superseded applied", "gap"}),
+            (answered("applied", 2, 10, newest=2, stored=1),
+             {"late applied", "late, not superseded"}),
+            (answered("replay", 2, 3, newest=2, stored=2), {"replay"}),
+            (answered("conflict", 2, 12, newest=2, stored=2),
+             {"conflict", "late refused, not superseded"}),
+            (answered("not live", 2, 12, newest=2, stored=None),
+             {"late refused, not superseded"}),
+            (answered("applied", 2, 3, newest=2, stored=1), set()),
+        ]:
+            with self.subTest(write=write):
+                found = run_experiment.classes(write)
+                self.assertEqual({name for name, hit in zip(NAMES, found) if hit}, names)
+
     def test_two_writes_at_one_epoch_the_second_is_a_conflict_in_every_schedule(self) -> None:
         self.assertEqual(_classes("two writes, no expiry")["fenced"]["conflict"], 140)
 
@@ -189,6 +213,14 @@ BREAKAGES = [
      "return dataclasses.replace(lease, expires_at=expires_at + 1)",  # renews one tick long
      ["--holders", "1", "--program", "acquire", "renew", "--last-tick", "0"],
      ["A acquire granted", "A renew renewed"], ["authority"]),
+    ("model", "lease.expires_at),\n            )\n        return lease\n",
+     'lease.expires_at),\n            )\n        return dataclasses.replace(lease, holder="C")\n',
+     ["--holders", "1", "--program", "acquire", "--last-tick", "0"],  # a lease not as stored
+     ["A acquire granted"], ["authority"]),
+    ("stored pair", "return WriteResult(outcome, resource, epoch, value, *stored)",
+     'return WriteResult(outcome, resource, epoch, value, *(stored if self.fenced else (0, "?")))',
+     ["--holders", "1", "--program", "acquire", "write", "--last-tick", "0"],  # unfenced alone
+     ["A acquire granted", "A write applied"], ["unfenced"]),
 ]
 
 
@@ -246,7 +278,7 @@ class CheckTests(unittest.TestCase):
     def test_each_check_fires_under_its_breakage_with_exit_1_and_its_first_failing_schedule(
         self,
     ) -> None:
-        self.assertEqual([check for check, *_ in BREAKAGES], list(explore.CHECKS))
+        self.assertEqual({check for check, *_ in BREAKAGES}, set(explore.CHECKS))
         for check, old, new, arguments, steps, places in BREAKAGES:
             with self.subTest(check):
                 run = _explore_broken(self, old, new, arguments)
@@ -312,18 +344,76 @@ class CheckTests(unittest.TestCase):
         self.assertEqual(asking.write("r", 1, "one", now=0), ("not live", None, None))
 
 
+# The report of `explore.py --program acquire write --last-tick 1 --ttl 1`, its time cut out.
+REPORT = [
+    'every schedule of 2 holders, each: acquire write; ticks 0 to 1, ttl 1',
+    '  30 schedules = multinomial(4; 2, 2) x C(4 + 1, 4) = 6 x 5',
+    '  53 states, 64 transitions, 68 calls played on the real code, S s',
+    '  a schedule is an order of steps and their ticks, refused steps included; it counts',
+    '  in every class it shows at least once, so a column does not sum to the schedules',
+    '  schedules with                kind              fenced    unfenced      asking',
+    '  lost update                   harm                   0           2           0',
+    '  stale refused                 protection             2           0           4',
+    '  superseded applied            harm                   2           4           0',
+    '  gap                           harm                   2           2           0',
+    '  late applied                  neither               10          12           0',
+    '  late, not superseded          neither                8           8           0',
+    '  replay                        neither                0           0           0',
+    '  conflict                      neither                0           0           0',
+    '  late refused, not superseded  neither                0           0           8',
+    '  clean                         neither               18          18          18',
+    "  asking: not the model's receiver: explore.AskingReceiver, which asks the authority inside its own write transaction",
+    '  checks failed: none (of: fence, epochs increase, one live lease, stored pair, model)',
+    'the smallest unfenced lost update (unfenced receiver)',
+    '  tick  0  A  acquire  epoch 1   granted   lease until tick 1',
+    '  tick  1  B  acquire  epoch 2   granted   lease until tick 2',
+    "  tick  1  B  write    epoch 2   applied   'B1' -> receiver holds epoch 2, 'B1'",
+    "  tick  1  A  write    epoch 1   applied   'A1' -> receiver holds epoch 1, 'A1'",
+    '  final value written by A; stale writes refused: 0, conflicting: 0',
+    '  lost update: a lower epoch applied over a higher one (newer_write_overwritten_by_older_epoch)',
+    '  superseded applied: applied below the newest grant (write_with_superseded_epoch_applied)',
+    "  late applied: applied at or after its lease's expiry (write_after_lease_expiry_applied)",
+    'the smallest fenced stale refused (fenced receiver)',
+    '  tick  0  A  acquire  epoch 1   granted   lease until tick 1',
+    '  tick  1  B  acquire  epoch 2   granted   lease until tick 2',
+    "  tick  1  B  write    epoch 2   applied   'B1' -> receiver holds epoch 2, 'B1'",
+    "  tick  1  A  write    epoch 1   stale     'A1' -> receiver holds epoch 2, 'B1'",
+    '  final value written by B; stale writes refused: 1, conflicting: 0',
+    'the smallest fenced gap (fenced receiver)',
+    '  tick  0  A  acquire  epoch 1   granted   lease until tick 1',
+    '  tick  1  B  acquire  epoch 2   granted   lease until tick 2',
+    "  tick  1  A  write    epoch 1   applied   'A1' -> receiver holds epoch 1, 'A1'",
+    '  final value written by A; stale writes refused: 0, conflicting: 0',
+    '  superseded applied: applied below the newest grant (write_with_superseded_epoch_applied)',
+    "  late applied: applied at or after its lease's expiry (write_after_lease_expiry_applied)",
+]
+
+
 class CommandLineTests(unittest.TestCase):
     """explore.py's exit codes: 0, 1 (above), 2 and 128 + n, and what --output holds."""
 
-    def test_a_clean_run_exits_0_and_writes_its_table_to_output(self) -> None:
+    def test_a_clean_run_exits_0_with_its_report_and_writes_its_table_to_output(self) -> None:
         output = os.path.join(_folder(self), "table.json")
         code, out, _ = _main("--program", "acquire", "write", "--last-tick", "1", "--ttl", "1",
                              "--output", output)
         self.assertEqual(code, 0)
-        self.assertIn("  30 schedules = multinomial(4; 2, 2) x C(4 + 1, 4) = 6 x 5\n", out)
-        self.assertIn("  checks failed: none (of: fence, epochs increase", out)
+        self.assertEqual(re.sub(r", \d+\.\d s$", ", S s", out, flags=re.MULTILINE).splitlines(),
+                         REPORT)
         with open(output, encoding="utf-8") as file:
-            self.assertEqual(json.load(file)["schedules"], 30)
+            table = json.load(file)
+        self.assertEqual((table["schedules"], table["states"], table["transitions"],
+                          table["calls_played"]), (30, 53, 64, 68))
+        with self.subTest("a bound in which no lease can expire says so"):
+            out = _main("--program", "acquire", "write", "--last-tick", "1", "--ttl", "2")[1]
+            self.assertIn("\n  no lease can expire by tick 1 (ttl 2), so no write can be late: "
+                          "no gap or lost update can happen in this bound, whatever the code\n",
+                          out)
+        with self.subTest("each limit --help gives is accepted, and one past it refused"):
+            for argv, code in [(["--holders", "1", "--program", "acquire", "--last-tick", "99",
+                                 "--ttl", "99"], 0),
+                               (["--last-tick", "100"], 2), (["--ttl", "100"], 2),
+                               (["--ttl", "0"], 2), (["--holders", "9"], 2)]:
+                self.assertEqual(_main(*argv)[0], code, argv)
 
     def test_bad_arguments_and_an_output_that_cannot_be_written_exit_2_before_exploring(
         self,
@@ -352,7 +442,7 @@ class CommandLineTests(unittest.TestCase):
 
         def stopped_at_the_end(*args: Any, **kwargs: Any) -> Any:
             table = real_explore(*args, **kwargs)
-            os.kill(os.getpid(), signal.SIGHUP)
+            os.kill(os.getpid(), signal.SIGTERM)  # SIGHUP would be ignored under nohup
             return table
 
         with self.subTest("a stop during the search ends it at the next transition"), \
@@ -363,7 +453,7 @@ class CommandLineTests(unittest.TestCase):
         with self.subTest("a stop noted as the search ends: nothing written, no success"), \
                 mock.patch.object(explore, "explore", stopped_at_the_end):
             code, out, err = _main(*arguments)
-            self.assertEqual((code, out), (128 + signal.SIGHUP, ""))
+            self.assertEqual((code, out), (128 + signal.SIGTERM, ""))
         self.assertFalse(os.path.exists(output))
 
 

@@ -75,120 +75,6 @@ ChildResult = tuple[int, bool, Any]
 Acquisition = tuple[str, int]
 
 
-# --- child process targets: top level, told everything by their arguments ---
-
-
-def _job(
-    number: int,
-    function: Callable[..., Any],
-    args: tuple[Any, ...],
-    ready: "Queue[int]",
-    start: "MPEvent",
-    results: "Queue[ChildResult]",
-) -> None:
-    """Report ready, wait for the common start, run `function(*args)` and report its result."""
-    try:
-        ready.put(number)
-        if not start.wait(TIMEOUT):
-            raise TimeoutError("start was never given")
-        results.put((number, True, function(*args)))
-    except BaseException:
-        results.put((number, False, traceback.format_exc()))
-        raise
-
-
-def _acquire_and_release(db_path: str, holder: str, rounds: int) -> list[int]:
-    """Take the resource `rounds` times, retrying while another process holds it."""
-    epochs: list[int] = []
-    with LeaseAuthority(db_path) as authority:
-        while len(epochs) < rounds:
-            try:
-                lease = authority.acquire(RESOURCE, holder, now=0, ttl=1)
-            except LeaseHeld:
-                continue
-            epochs.append(lease.epoch)
-            authority.release(lease)
-    return epochs
-
-
-def _write_epochs(db_path: str, writer: str, epochs: range) -> list[tuple[int, str]]:
-    with Receiver(db_path) as receiver:
-        return [(e, receiver.write(RESOURCE, e, writer).outcome.value) for e in epochs]
-
-
-def _take_over_and_write(db_path: str, now: int) -> Lease:
-    with LeaseAuthority(db_path) as authority, Receiver(db_path) as receiver:
-        lease = authority.acquire(RESOURCE, "child", now=now, ttl=10)
-        receiver.write(RESOURCE, lease.epoch, "from the child")
-        return lease
-
-
-def _pause_before(
-    store: LeaseAuthority | Receiver, statement: str, reached: "MPEvent", resume: "MPEvent"
-) -> None:
-    """Stop `store`'s next statement that starts with `statement`: set `reached`, await `resume`.
-
-    This reaches inside a real operation, between its SQL statements, so that a test can
-    decide exactly what another process does at that moment.
-    """
-
-    def trap(sql: str) -> None:
-        if sql.startswith(statement):
-            reached.set()
-            resume.wait(TIMEOUT)
-
-    assert store._connection is not None  # an open store
-    store._connection.set_trace_callback(trap)
-
-
-def _acquire_pausing(
-    db_path: str, holder: str, now: int, statement: str, reached: "MPEvent", resume: "MPEvent"
-) -> Acquisition:
-    with LeaseAuthority(db_path) as authority:
-        _pause_before(authority, statement, reached, resume)
-        try:
-            return ("granted", authority.acquire(RESOURCE, holder, now=now, ttl=10).epoch)
-        except LeaseHeld as held:
-            return ("held", held.lease.epoch)
-
-
-def _write_pausing(
-    db_path: str, epoch: int, value: str, statement: str, reached: "MPEvent", resume: "MPEvent"
-) -> WriteResult:
-    with Receiver(db_path) as receiver:
-        _pause_before(receiver, statement, reached, resume)
-        return receiver.write(RESOURCE, epoch, value)
-
-
-def _set() -> "MPEvent":
-    event = SPAWN.Event()
-    event.set()
-    return event
-
-
-def _open_while_created(path: str, reading: "MPEvent") -> str:
-    """Open a Receiver on `path`, saying when it comes to read the file."""
-    real = leases._check_tables
-
-    def check_tables(connection: "leases._Bounded", path: str) -> None:
-        reading.set()
-        real(connection, path)
-
-    with mock.patch.object(leases, "_check_tables", check_tables):
-        Receiver(path).close()
-    return "opened"
-
-
-def _leave_open_in_wal_mode(db_path: str, statements: str) -> None:
-    """Make the model's tables, then run `statements` in WAL mode, and end without closing the
-    database, as a killed program does: what they did stays in the WAL log only."""
-    connection = sqlite3.connect(db_path, isolation_level=None)
-    connection.executescript(";".join(leases._TABLES.values()))
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.executescript(statements)
-    os._exit(0)
-
-
 # --- the suite's own stopping and temporary files ---
 
 
@@ -414,158 +300,6 @@ def _evidence() -> dict[str, dict[str, Any]]:
     return {record["name"]: record for record in json.loads(written)["scenarios"]}
 
 
-class _Closed(io.StringIO):
-    """A stdout whose reader has gone, as after `| head -1`."""
-
-    def write(self, text: str) -> int:
-        raise BrokenPipeError(32, "Broken pipe")
-
-
-class _Full(io.StringIO):
-    """A stdout on a full disk, which takes each write into its buffer and fails to flush."""
-
-    def flush(self) -> None:
-        raise OSError(28, "No space left on device")
-
-
-def _main(
-    *args: str, play: Callable[[], Any] | None = None, stdout: io.StringIO | None = None,
-    heed: int = 0, closed_stdout: bool = False,
-) -> tuple[int, str, str]:
-    """run_experiment.main(args) in this process: its exit code, stdout and stderr.  `play`
-    stands in for playing the scenarios, which the suite does once, in _run(); without it,
-    main() must not start a run.
-
-    main() is a program: it takes the stop signals over.  The suite's own handlers are put
-    back afterwards.  `closed_stdout` starts it as `>&-` does, with no sys.stdout at all.
-    `heed` is a signal that the
-    caller sends itself, to be heeded even where the suite runs with it ignored (a script's
-    background job ignores SIGINT); a stop main() reports for any other came from outside,
-    and stops the suite.
-    """
-    handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
-    if heed:
-        signal.signal(heed, signal.default_int_handler)
-    out, err = None if closed_stdout else stdout or io.StringIO(), io.StringIO()
-
-    def no_run() -> Any:
-        raise AssertionError("the command line started a run")
-
-    played = mock.patch.object(run_experiment, "run_scenarios", play or no_run)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), played:
-            code = run_experiment.main(list(args))
-    except SystemExit as exit:  # argparse's own refusals
-        code = int(exit.code or 0)
-    finally:
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
-    if any(number != heed for number in run_experiment.noted_stops()):  # whatever the code
-        raise KeyboardInterrupt(err.getvalue().strip())
-    return code, "" if out is None else out.getvalue(), err.getvalue()
-
-
-def _run_signalling_workers(test: unittest.TestCase, *numbers: int) -> tuple[int, str, str]:
-    """The README's --check command, in a fresh interpreter, with `numbers` sent to every
-    worker, and to multiprocessing's resource tracker, just as the engine first waits for a
-    report, while most workers are still starting up."""
-    program = ("import sys, test_leases; "
-               f"sys.exit(test_leases._signalling_workers({[int(n) for n in numbers]!r}))")
-    done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
-                          check=False, capture_output=True, text=True)
-    return done.returncode, done.stdout, done.stderr
-
-
-def _signalling_workers(numbers: list[int]) -> int:
-    real, sent = run_experiment.take_report, [False]
-
-    def report(*args: Any) -> Any:
-        tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
-        pids = [child.pid for child in multiprocessing.active_children()] + [tracker]
-        for pid in pids if not sent[-1] else ():
-            for number in numbers:
-                os.kill(pid, number)
-        sent.append(True)
-        return real(*args)
-
-    with tempfile.TemporaryDirectory() as folder, \
-            mock.patch.object(run_experiment, "take_report", report):
-        return run_experiment.main(["--check", "results.json",
-                                    "--output", os.path.join(folder, "out.json")])
-
-
-def _run_killing(test: unittest.TestCase, scenario: int, step: int, victim: str) -> tuple[
-        int, str, str]:
-    """The README's --check command, in a fresh interpreter, SIGKILLing `victim`'s worker in
-    scenario number `scenario` while the engine waits for the report of its step `step`: by
-    then the victim waits for a later step.  A hang is TimeoutExpired, after TIMEOUT."""
-    program = ("import sys, test_leases; "
-               f"sys.exit(test_leases._killing({scenario}, {step}, {victim!r}))")
-    done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
-                          check=False, capture_output=True, text=True)
-    return done.returncode, done.stdout, done.stderr
-
-
-def _killing(scenario: int, step: int, victim: str) -> int:
-    real, reports = run_experiment.take_report, Counter[str]()
-
-    def report(play: Any, actor: str, timeout: float) -> Any:
-        name = play.scenario.name
-        if name == run_experiment.SCENARIOS[scenario].name and reports[name] == step:
-            worker = play.workers[victim]
-            # Killed at the worst moment, as it wrote a report: its Queue's lock stays held.
-            play.reports[victim]._wlock.acquire()
-            worker.kill()
-            worker.join(TIMEOUT)  # dead before anything is released to it
-        reports[name] += 1
-        return real(play, actor, timeout)
-
-    with mock.patch.object(run_experiment, "take_report", report):
-        return run_experiment.main(["--check", "results.json"])
-
-
-def _leading() -> None:
-    """Run the README's command; once the first step is reported, when its worker waits for
-    its next and the others wait or start, print the PIDs of the workers and the resource
-    tracker, and hang."""
-    real = run_experiment.take_report
-
-    def report(play: Any, actor: str, timeout: float) -> Any:
-        reported = real(play, actor, timeout)
-        tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
-        pids = [child.pid for child in multiprocessing.active_children()] + [tracker]
-        print(json.dumps(pids), flush=True)
-        threading.Event().wait(TIMEOUT)  # until the test kills this process
-        return reported
-
-    with mock.patch.object(run_experiment, "take_report", report):
-        run_experiment.main(["--check", "results.json"])
-
-
-def _gone_within(pids: list[int], seconds: float) -> list[int]:
-    """The processes of `pids` still alive after `seconds`, waited for on their pidfds."""
-    deadline, alive = time.monotonic() + seconds, []
-    for pid in pids:
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        try:  # a pidfd is readable once its process has exited
-            if not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                alive.append(pid)
-        finally:
-            os.close(pidfd)
-    return alive
-
-
-def _serving_then(exit_code: int, orders: run_experiment.Orders) -> None:
-    """A worker that does its steps, reports them, then exits with `exit_code`.  A seam: what a
-    spawned worker does after its last report cannot be changed by a patch in this process, and
-    the real worker always exits 0."""
-    run_experiment.serve(orders)
-    os._exit(exit_code)
-
-
 def _acquired(actor: str, tick: int, epoch: int, expires_at: int) -> Event:
     return Event(actor, Action.ACQUIRE, tick, Answer.GRANTED, epoch, expires_at)
 
@@ -649,7 +383,10 @@ class ScenarioTests(unittest.TestCase):
             Step("A", Action.ACQUIRE, 3, ttl=1),
             Step("A", Action.CHECK, 5),
         )
-        record = run_scenarios([Scenario("own", True, "", steps)], timeout=TIMEOUT)["scenarios"][0]
+        live = (Step("A", Action.ACQUIRE, 0, ttl=10), Step("A", Action.CHECK, 9))
+        record, live_at_end = run_scenarios(
+            [Scenario("own", True, "", steps), Scenario("live", True, "", live)],
+            timeout=TIMEOUT)["scenarios"]
         with self.subTest("each step of the reader's schedule is answered by the rules"):
             self.assertEqual(_story(record), [
                 ("A", "acquire", 0, 1, "granted", None),
@@ -664,8 +401,11 @@ class ScenarioTests(unittest.TestCase):
                 ("A", "check", 5, 3, "lost", None),
             ])
             self.assertEqual(record["final"], {"epoch": 2, "value": "by B"})
-        with self.subTest("the lease at the end is the one live at the last tick: none"):
+        with self.subTest("the lease at the end is the one live at the last tick: none, or "
+                          "one that expires at the next"):
             self.assertIsNone(record["lease_at_end"])
+            self.assertEqual(live_at_end["lease_at_end"],
+                             {"holder": "A", "epoch": 1, "expires_at": 10})
         with self.subTest("the timeline counts the refusals by their kind"):
             self.assertEqual(run_experiment.timeline(record).split("\n")[-1],
                              "  final value written by B; stale writes refused: 2, conflicting: 1")
@@ -951,8 +691,14 @@ class DurabilityAndInputTests(unittest.TestCase):
     def test_state_survives_reopening_and_processes_including_one_killed_just_before_commit(
         self,
     ) -> None:
-        path = _database(self)
-        with LeaseAuthority(path) as authority, Receiver(path) as receiver:
+        self.keeps_what_committed_when_a_process_is_killed_just_before_commit()
+        self.rolls_back_a_failed_commit_and_works_on_another_programs_database()
+        self.waits_for_a_lock_within_its_bound_and_heeds_ctrl_c_at_once()
+        self.refuses_every_call_once_its_file_is_renamed_or_given_another_name()
+
+    def keeps_what_committed_when_a_process_is_killed_just_before_commit(self) -> None:
+        self.path = _database(self)
+        with LeaseAuthority(self.path) as authority, Receiver(self.path) as receiver:
             first = authority.acquire(RESOURCE, "parent", now=0, ttl=5)
             receiver.write(RESOURCE, first.epoch, "from the parent")
         # Two children start up at once.  One takes over and writes; once it is done, the other
@@ -961,8 +707,8 @@ class DurabilityAndInputTests(unittest.TestCase):
         results: Queue[ChildResult] = SPAWN.Queue()
         go, taken_over, inside, never = (SPAWN.Event() for _ in range(4))
         go.set()
-        doomed_args = (path, "doomed", 1000, "COMMIT", inside, never)
-        child = _start(self, _job, 0, _take_over_and_write, (path, 5), ready, go, results)
+        doomed_args = (self.path, "doomed", 1000, "COMMIT", inside, never)
+        child = _start(self, _job, 0, _take_over_and_write, (self.path, 5), ready, go, results)
         doomed = _start(self, _job, 1, _acquire_pausing, doomed_args, ready, taken_over, results)
         [taken] = _collect(self, results, [child])
         self.assertEqual(taken, Lease(RESOURCE, "child", 2, 15))
@@ -971,7 +717,7 @@ class DurabilityAndInputTests(unittest.TestCase):
         doomed.kill()
         doomed.join(TIMEOUT)
 
-        authority, receiver = _authority(self, path), _receiver(self, path)
+        authority, receiver = _authority(self, self.path), _receiver(self, self.path)
         self.assertEqual(authority.current(RESOURCE, now=14), taken, "the killed grant leaked")
         self.assertEqual(authority.acquire(RESOURCE, "parent", now=1000, ttl=5).epoch, 3)
         self.assertEqual(receiver.read(RESOURCE), (2, "from the child"))
@@ -982,14 +728,15 @@ class DurabilityAndInputTests(unittest.TestCase):
         )
 
         # A COMMIT that fails is rolled back, and the same object works afterwards.  In
-        # rollback-journal mode a COMMIT waits for readers to finish: here one never does.
+
+    def rolls_back_a_failed_commit_and_works_on_another_programs_database(self) -> None:
         self.addCleanup(setattr, leases, "BUSY_TIMEOUT_SECONDS", leases.BUSY_TIMEOUT_SECONDS)
         leases.BUSY_TIMEOUT_SECONDS = 0.01
-        journal = os.path.join(os.path.dirname(path), "journal.sqlite3")
-        with contextlib.closing(sqlite3.connect(journal)) as connection:
+        self.journal = os.path.join(os.path.dirname(self.path), "journal.sqlite3")
+        with contextlib.closing(sqlite3.connect(self.journal)) as connection:
             connection.executescript(";".join(leases._TABLES.values()))
-        writer = _receiver(self, journal)
-        with contextlib.closing(sqlite3.connect(journal, isolation_level=None)) as reader:
+        writer = _receiver(self, self.journal)
+        with contextlib.closing(sqlite3.connect(self.journal, isolation_level=None)) as reader:
             reader.execute("BEGIN")
             reader.execute("SELECT * FROM receiver_decisions").fetchall()
             with self.assertRaisesRegex(LeaseError, "database is locked"):
@@ -1000,23 +747,25 @@ class DurabilityAndInputTests(unittest.TestCase):
 
         # Other processes write on, opening that database, made by another program, at once:
         # it stays in the journal mode it has.
-        written = _run_together(self, _write_epochs, [(journal, f"w{i}", range(2, 4)) for i in
+        written = _run_together(self, _write_epochs, [(self.journal, f"w{i}", range(2, 4)) for i in
                                                       range(4)])
         outcomes = Counter(outcome for run in written for _, outcome in run)
         self.assertEqual((outcomes["applied"], sum(outcomes.values())), (2, 8))  # epochs 2, 3
-        with contextlib.closing(sqlite3.connect(journal)) as connection:
+        with contextlib.closing(sqlite3.connect(self.journal)) as connection:
             self.assertEqual(connection.execute("PRAGMA journal_mode").fetchone(), ("delete",))
         with self.subTest("Ctrl-C as BEGIN returns leaves the object usable and the lock free"):
             # A KeyboardInterrupt raised while BEGIN waits for the lock arrives once it returns.
             with _raising(writer, "BEGIN", KeyboardInterrupt(), after=True), \
                     self.assertRaises(KeyboardInterrupt):
                 writer.write(RESOURCE, 5, "five")
-            with contextlib.closing(sqlite3.connect(journal, timeout=0)) as other:
+            with contextlib.closing(sqlite3.connect(self.journal, timeout=0)) as other:
                 other.execute("BEGIN IMMEDIATE")  # "database is locked" if it were still held
             self.assertEqual(writer.write(RESOURCE, 5, "five").outcome, Outcome.APPLIED)
-        holding = sqlite3.connect(path, isolation_level=None, timeout=0)  # another process's
+
+    def waits_for_a_lock_within_its_bound_and_heeds_ctrl_c_at_once(self) -> None:
+        holding = sqlite3.connect(self.path, isolation_level=None, timeout=0)  # another process's
         self.addCleanup(holding.close)
-        waiting = _authority(self, path)
+        waiting = _authority(self, self.path)
         with self.subTest("Ctrl-C while a call waits for another's lock lands at once"):
             leases.BUSY_TIMEOUT_SECONDS = 5.0  # ended by the interrupt, long before
             holding.execute("BEGIN IMMEDIATE")
@@ -1061,7 +810,8 @@ class DurabilityAndInputTests(unittest.TestCase):
                 with self.assertRaisesRegex(LeaseError, "another thread's call kept it busy"):
                     call.result(TIMEOUT)
         leases.BUSY_TIMEOUT_SECONDS = TIMEOUT
-        for database, statement in ((journal, "COMMIT"), (path, "PRAGMA wal_checkpoint(FULL)")):
+        for database, statement in ((self.journal, "COMMIT"),
+                                    (self.path, "PRAGMA wal_checkpoint(FULL)")):
             with self.subTest("a statement that waits for a reader to finish tries again",
                               statement=statement):
                 store = _receiver(self, database)
@@ -1084,10 +834,11 @@ class DurabilityAndInputTests(unittest.TestCase):
                 self.assertEqual(store.write("waited", 1, "one").outcome, Outcome.APPLIED)
                 self.assertEqual(tries.count(statement), 2)
 
+    def refuses_every_call_once_its_file_is_renamed_or_given_another_name(self) -> None:
         for how in ("renamed", "linked by a new name, the old one removed", "renamed mid-call"):
             with self.subTest("a file moved while open refuses every later call, and the new "
                               "name's opener carries on the epochs", moved=how):
-                folder = tempfile.mkdtemp(dir=os.path.dirname(path))
+                folder = tempfile.mkdtemp(dir=os.path.dirname(self.path))
                 old, new = os.path.join(folder, "old.sqlite3"), os.path.join(folder, "new.sqlite3")
                 moved = _authority(self, old)
                 given = []
@@ -1123,12 +874,19 @@ class DurabilityAndInputTests(unittest.TestCase):
                     moved.current(RESOURCE, now=0)
 
     def test_invalid_input_raises_naming_the_parameter_and_changes_nothing(self) -> None:
-        path = _database(self)
-        folder = os.path.dirname(path)
-        authority, receiver = _authority(self, path), _receiver(self, path)
+        self.refuses_each_bad_argument_by_name_and_changes_nothing()
+        self.refuses_a_path_that_is_not_a_plain_file_name()
+        self.refuses_a_file_that_is_not_its_database_and_leaves_it_as_it_was()
+        self.makes_a_new_database_whole_under_one_name()
+        self.refuses_a_closed_store_naming_its_file()
+
+    def refuses_each_bad_argument_by_name_and_changes_nothing(self) -> None:
+        self.path = _database(self)
+        self.folder = os.path.dirname(self.path)
+        authority, receiver = _authority(self, self.path), _receiver(self, self.path)
         lease = authority.acquire(RESOURCE, "A", now=0, ttl=10)
         receiver.write(RESOURCE, 1, "one")
-        before = _dump(path)
+        before = _dump(self.path)
         big, top = 2**63, 2**63 - 1
 
         def acquire(parameter: str) -> Callable[[Any], Lease]:  # one good argument made `bad`
@@ -1153,7 +911,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             (TypeError, "epoch", True, lambda bad: receiver.write(RESOURCE, bad, "true")),
             (ValueError, "epoch", big, lambda bad: receiver.write(RESOURCE, bad, "huge")),
             (TypeError, "value", b"bytes", lambda bad: receiver.write(RESOURCE, 2, bad)),
-            (TypeError, "fenced", "yes", lambda bad: Receiver(path, fenced=bad)),
+            (TypeError, "fenced", "yes", lambda bad: Receiver(self.path, fenced=bad)),
             (TypeError, "path", None, LeaseAuthority),
         ]
         for error, name, bad, call in cases:
@@ -1169,7 +927,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             with _raising(receiver, "INSERT", too_long, after=False), \
                     self.assertRaisesRegex(LeaseError, "string longer than INT_MAX bytes"):
                 receiver.write("r", 2, "four")
-        self.assertEqual(_dump(path), before)
+        self.assertEqual(_dump(self.path), before)
         self.assertEqual(authority.current(RESOURCE, now=0), lease)
 
         with self.subTest("the largest value of each integer is accepted"):
@@ -1178,7 +936,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             authority.current(RESOURCE, now=top)
             receiver.write("edge-epoch", top, "top")
         with self.subTest("a resource past its last epoch is a LeaseError, and nothing changes"):
-            with contextlib.closing(sqlite3.connect(path)) as editor, editor:
+            with contextlib.closing(sqlite3.connect(self.path)) as editor, editor:
                 editor.execute("UPDATE leases SET epoch = ?, holder = NULL", (top,))
             with self.assertRaisesRegex(LeaseError, f"used its last epoch, {top}"):
                 authority.acquire(RESOURCE, "B", now=20, ttl=1)
@@ -1199,17 +957,16 @@ class DurabilityAndInputTests(unittest.TestCase):
             with self.assertRaisesRegex(LeaseError, "is closed"):
                 receiver.read(RESOURCE)
 
-        # Paths and files that cannot be this model's database: a clear error naming the path
-        # or the file, and whatever was there left byte for byte as it was.
+    def refuses_a_path_that_is_not_a_plain_file_name(self) -> None:
         paths: list[tuple[type[Exception], Any]] = [
             (ValueError, ":memory:"),  # the model is processes sharing a file
             (ValueError, "file:leases.sqlite3?mode=memory"),
             (ValueError, "leases\0.sqlite3"),
             (ValueError, ""),
-            (ValueError, os.path.join(folder, "new") + os.sep),  # a folder's name, not a file's
+            (ValueError, os.path.join(self.folder, "new") + os.sep),  # a folder's name, not a file's
             (TypeError, b"leases.sqlite3"),
-            (LeaseError, os.path.join(folder, "missing", "leases.sqlite3")),
-            (LeaseError, folder),
+            (LeaseError, os.path.join(self.folder, "missing", "leases.sqlite3")),
+            (LeaseError, self.folder),
             (ValueError, "\ud800.sqlite3"),  # no file name can hold it
         ]
         for error, bad in paths:
@@ -1218,10 +975,12 @@ class DurabilityAndInputTests(unittest.TestCase):
                     Receiver(bad)
                 named = os.path.abspath(bad) if error is LeaseError else bad
                 self.assertIn(repr(named), str(caught.exception))
-        self.assertFalse(os.path.exists(os.path.join(folder, "new")))
+        self.assertFalse(os.path.exists(os.path.join(self.folder, "new")))
+
+    def refuses_a_file_that_is_not_its_database_and_leaves_it_as_it_was(self) -> None:
         unusable: list[str] = []
         for size in (0, 1, 2, 511, 512, 4000):  # SQLite takes a file under 512 bytes for empty
-            unusable.append(os.path.join(folder, f"notes-{size}.txt"))
+            unusable.append(os.path.join(self.folder, f"notes-{size}.txt"))
             with open(unusable[-1], "wb") as file:
                 file.write((b"not a database\n" * (1 + size // 15))[:size])
         tables = ";".join(leases._TABLES.values())
@@ -1237,29 +996,29 @@ class DurabilityAndInputTests(unittest.TestCase):
              " BEGIN SELECT RAISE(IGNORE); END"),
             f"{tables}; CREATE UNIQUE INDEX one_grant ON leases (holder)",
         ]):
-            unusable.append(os.path.join(folder, f"foreign-{number}.sqlite3"))
+            unusable.append(os.path.join(self.folder, f"foreign-{number}.sqlite3"))
             with contextlib.closing(sqlite3.connect(unusable[-1])) as connection:
                 connection.executescript(statement)
         # One left by another program in WAL mode, with a trigger only in its log, not yet
         # folded into the file: the program ended without closing it, as a killed one does.
-        unusable.append(os.path.join(folder, "live.sqlite3"))
+        unusable.append(os.path.join(self.folder, "live.sqlite3"))
         trigger = "CREATE TRIGGER t BEFORE INSERT ON leases BEGIN SELECT RAISE(IGNORE); END"
         program = _start(self, _leave_open_in_wal_mode, unusable[-1], trigger)
         program.join(TIMEOUT)
         self.assertEqual(program.exitcode, 0)
-        unusable.append(os.path.join(folder, "fifo"))  # reading it would wait for a writer
+        unusable.append(os.path.join(self.folder, "fifo"))  # reading it would wait for a writer
         os.mkfifo(unusable[-1])
-        unusable.append(os.path.join(folder, "second-name.sqlite3"))  # two names, two logs
-        Receiver(os.path.join(folder, "first-name.sqlite3")).close()
-        os.link(os.path.join(folder, "first-name.sqlite3"), unusable[-1])
-        untouched = _snapshot(folder)
+        unusable.append(os.path.join(self.folder, "second-name.sqlite3"))  # two names, two logs
+        Receiver(os.path.join(self.folder, "first-name.sqlite3")).close()
+        os.link(os.path.join(self.folder, "first-name.sqlite3"), unusable[-1])
+        untouched = _snapshot(self.folder)
         for name in unusable:
             for open_it in (LeaseAuthority, Receiver):
                 with self.subTest("a file that is not one of ours is refused and left as it was",
                                   file=os.path.basename(name), opened_by=open_it.__name__):
                     with self.assertRaisesRegex(LeaseError, re.escape(repr(name))):
                         open_it(name)
-                    self.assertEqual(_snapshot(folder), untouched)
+                    self.assertEqual(_snapshot(self.folder), untouched)
         for name, reason in [
             ("notes-1.txt", "its tables are not exactly the model's"),
             ("notes-512.txt", "file is not a database"),
@@ -1268,20 +1027,22 @@ class DurabilityAndInputTests(unittest.TestCase):
         ]:
             with self.subTest("the refusal says why", file=name), \
                     self.assertRaisesRegex(LeaseError, reason):
-                Receiver(os.path.join(folder, name))
+                Receiver(os.path.join(self.folder, name))
+
+    def makes_a_new_database_whole_under_one_name(self) -> None:
         with self.subTest("a new database is read only once it has one name, its draft's gone"):
             # Another process makes a new database as a draft, links it into place, and
             # removes the draft, keeping the file locked meanwhile: an opener then reading it
             # must count its names only once it could read it.
-            os.unlink(unusable[-1])
-            draft = os.path.join(folder, ".leases-0123456789abcdef.draft")
-            os.link(os.path.join(folder, "first-name.sqlite3"), draft)
+            os.unlink(os.path.join(self.folder, "second-name.sqlite3"))
+            draft = os.path.join(self.folder, ".leases-0123456789abcdef.draft")
+            os.link(os.path.join(self.folder, "first-name.sqlite3"), draft)
             creator = sqlite3.connect(draft, isolation_level=None)
             self.addCleanup(creator.close)
             creator.execute("PRAGMA locking_mode=EXCLUSIVE")
             creator.executescript("BEGIN EXCLUSIVE; COMMIT")
             reading, ready, results, go = SPAWN.Event(), SPAWN.Queue(), SPAWN.Queue(), _set()
-            first = os.path.join(folder, "first-name.sqlite3")
+            first = os.path.join(self.folder, "first-name.sqlite3")
             opener = _start(self, _job, 0, _open_while_created, (first, reading), ready, go,
                             results)
             self.assertTrue(reading.wait(TIMEOUT), "the opener never came to read the file")
@@ -1289,7 +1050,7 @@ class DurabilityAndInputTests(unittest.TestCase):
             creator.close()
             self.assertEqual(_collect(self, results, [opener]), ["opened"])
         with self.subTest("a new database is linked into place locked, until its draft is gone"):
-            locked = os.path.join(folder, "locked.sqlite3")
+            locked = os.path.join(self.folder, "locked.sqlite3")
             looked: list[str] = []
             real_link, real_unlink = os.link, os.unlink
 
@@ -1302,14 +1063,14 @@ class DurabilityAndInputTests(unittest.TestCase):
                     except sqlite3.OperationalError as exc:
                         looked.append(str(exc))
 
-            def link(draft: str, path: str) -> None:
-                real_link(draft, path)
+            def link(draft: str, name: str) -> None:
+                real_link(draft, name)
                 look()
 
-            def unlink(path: str) -> None:
-                if path.endswith(".draft") and os.path.exists(path):
+            def unlink(name: str) -> None:
+                if name.endswith(".draft") and os.path.exists(name):
                     look()
-                real_unlink(path)
+                real_unlink(name)
 
             with mock.patch.object(os, "link", link), mock.patch.object(os, "unlink", unlink):
                 Receiver(locked).close()
@@ -1317,14 +1078,15 @@ class DurabilityAndInputTests(unittest.TestCase):
         with self.subTest("a new file gets the mode the umask allows, as any file the user makes"):
             previous = os.umask(0o027)
             try:
-                Receiver(os.path.join(folder, "private.sqlite3")).close()
+                Receiver(os.path.join(self.folder, "private.sqlite3")).close()
             finally:
                 os.umask(previous)
-            mode = stat.S_IMODE(os.stat(os.path.join(folder, "private.sqlite3")).st_mode)
+            mode = stat.S_IMODE(os.stat(os.path.join(self.folder, "private.sqlite3")).st_mode)
             self.assertEqual(mode, 0o640)
 
+    def refuses_a_closed_store_naming_its_file(self) -> None:
         with self.subTest("a closed store raises LeaseError naming the file"):
-            closed_authority, closed_receiver = LeaseAuthority(path), Receiver(path)
+            closed_authority, closed_receiver = LeaseAuthority(self.path), Receiver(self.path)
             closed_authority.close()
             closed_receiver.close()
             closed_calls: list[Callable[[], object]] = [
@@ -1334,34 +1096,50 @@ class DurabilityAndInputTests(unittest.TestCase):
                 lambda: closed_receiver.decisions(RESOURCE),
             ]
             for closed_call in closed_calls:
-                with self.assertRaisesRegex(LeaseError, f"{re.escape(repr(path))} is closed"):
+                with self.assertRaisesRegex(LeaseError,
+                                            f"{re.escape(repr(self.path))} is closed"):
                     closed_call()
 
 
 class CommandLineTests(unittest.TestCase):
-    def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
+    def setUp(self) -> None:
         folder = tempfile.TemporaryDirectory(prefix="leases-cli-")
         self.addCleanup(folder.cleanup)
-        never, results = os.path.join(folder.name, "never.json"), os.path.join(HERE, "results.json")
-        process, written = _run()
-        expected = json.loads(written)
+        self.folder = folder.name
+        self.never = os.path.join(self.folder, "never.json")
+        self.results = os.path.join(HERE, "results.json")
+        self.process, self.written = _run()
+        self.expected = json.loads(self.written)
 
-        def evidence() -> Any:  # what a run gives, without playing it again
-            return json.loads(written)
+    def evidence(self) -> Any:
+        """What a run gives, without playing it again."""
+        return json.loads(self.written)
 
-        def write_json(name: str, document: object) -> str:
-            with open(os.path.join(folder.name, name), "w", encoding="utf-8") as file:
-                json.dump(document, file)
-            return file.name
+    def write_json(self, name: str, document: object) -> str:
+        with open(os.path.join(self.folder, name), "w", encoding="utf-8") as file:
+            json.dump(document, file)
+        return file.name
 
+    def test_command_line_reproduces_the_evidence_and_reports_a_difference_or_a_hang(self) -> None:
+        self.reproduces_results_json_byte_for_byte_with_a_timeline_per_scenario()
+        self.names_a_step_that_hangs_and_a_worker_that_does_not_exit()
+        self.names_a_worker_killed_or_signalled_and_ends_with_its_leader()
+        self.stops_at_its_next_wait_on_a_stop_signal_leaving_output_untouched()
+        self.reports_each_difference_from_the_check_file_verdicts_first()
+        self.meets_streams_and_files_as_a_users_shell_gives_them()
+        self.checks_a_scenario_or_step_when_it_is_built()
+        self.plays_a_readers_own_schedule_with_every_action_through_the_engine()
+
+    def reproduces_results_json_byte_for_byte_with_a_timeline_per_scenario(self) -> None:
         with self.subTest("the README's command reproduces results.json byte for byte"):
-            self.assertEqual(process.returncode, 0, process.stderr)
-            self.assertEqual(process.stdout,
+            self.assertEqual(self.process.returncode, 0, self.process.stderr)
+            self.assertEqual(self.process.stdout,
                              "reproduced: this run matches 'results.json' (3 scenarios)\n")
-            self.assertEqual(written, _bytes(results))
+            self.assertEqual(self.written, _bytes(self.results))
         with self.subTest("stderr shows each scenario's timeline"):
-            self.assertCountEqual(process.stderr.splitlines(), "\n".join(
-                run_experiment.timeline(record) for record in expected["scenarios"]).split("\n"))
+            self.assertCountEqual(self.process.stderr.splitlines(), "\n".join(
+                run_experiment.timeline(record)
+                for record in self.expected["scenarios"]).split("\n"))
 
         with self.subTest("a timeline shows every kind of step at a glance"):
             a, b = Step("A", Action.ACQUIRE, 0, ttl=10), Step("B", Action.ACQUIRE, 5, ttl=10)
@@ -1383,6 +1161,8 @@ class CommandLineTests(unittest.TestCase):
                 ("  late applied: applied at or after its lease's expiry "
                  "(write_after_lease_expiry_applied)"),
             ])
+
+    def names_a_step_that_hangs_and_a_worker_that_does_not_exit(self) -> None:
         with self.subTest("a hung step is named, and leaves no worker and no folder"):
             # Scenarios play in order, and no spawned interpreter starts within a millisecond,
             # so the first step is the one named; which worker gives up first (A on its
@@ -1391,12 +1171,12 @@ class CommandLineTests(unittest.TestCase):
                                         r"\(A acquire at tick 0\): worker [AB]: .*within 0\.0"):
                 run_scenarios(timeout=0.001)
             self.assertEqual(multiprocessing.active_children(), [])
-            self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
+            self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(self.folder)])
         with self.subTest("a step that does not report in time is named, its worker alive"):
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
             # Kept to the end of the test: a worker still starting up needs its Event to exist.
             slow_orders = run_experiment.Orders(
-                os.path.join(folder.name, "slow.sqlite3"), True, "A", [(0, step)],
+                os.path.join(self.folder, "slow.sqlite3"), True, "A", [(0, step)],
                 [SPAWN.Event()], SPAWN.Queue(), TIMEOUT, os.getpid())
             worker = _start(self, run_experiment.run_worker, slow_orders)
             slow = run_experiment.Play(Scenario("slow", True, "", (step,)), slow_orders.db_path,
@@ -1411,7 +1191,7 @@ class CommandLineTests(unittest.TestCase):
         with self.subTest("a worker whose engine is gone gives up within its bound"):
             reports: Queue[Any] = SPAWN.Queue()
             step = Step("A", Action.ACQUIRE, 0, ttl=1)
-            db_path = os.path.join(folder.name, "alone.sqlite3")
+            db_path = os.path.join(self.folder, "alone.sqlite3")
             orders = run_experiment.Orders(db_path, True, "A", [(0, step)], [SPAWN.Event()],
                                            reports, 0.001, os.getpid())
             worker = _start(self, run_experiment.run_worker, orders)
@@ -1430,9 +1210,10 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(run_experiment.take_report(alone, "A", TIMEOUT),
                              ("A", None, "TimeoutError: not released within 0.001 s"))
 
+    def names_a_worker_killed_or_signalled_and_ends_with_its_leader(self) -> None:
         with self.subTest("workers ignore Ctrl-C and SIGHUP sent to the group, even starting up"):
             code, out, err = _run_signalling_workers(self, signal.SIGINT, signal.SIGHUP)
-            self.assertEqual((code, out, err), (0, process.stdout, process.stderr))
+            self.assertEqual((code, out, err), (0, self.process.stdout, self.process.stderr))
         with self.subTest("SIGTERM ends a worker, and the engine names the step it waited for"):
             code, out, err = _run_signalling_workers(self, signal.SIGTERM)
             self.assertEqual((code, out), (3, ""), err)
@@ -1459,7 +1240,7 @@ class CommandLineTests(unittest.TestCase):
             # leaves its temporary folder, in this test's.
             leader = subprocess.Popen(program, cwd=HERE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True,
-                                      env={**os.environ, "TMPDIR": folder.name})
+                                      env={**os.environ, "TMPDIR": self.folder})
             self.addCleanup(leader.wait, TIMEOUT)
             self.addCleanup(leader.kill)
             assert leader.stdout is not None
@@ -1468,16 +1249,21 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(len(pids), 7)  # six workers and the tracker
             leader.kill()
             self.assertEqual(_gone_within(pids, 10.0), [])
-        with self.subTest("a worker that exits nonzero after its last report fails the run at "
-                          "that step, before the next is released"), \
-                mock.patch.object(run_experiment, "run_worker", functools.partial(_serving_then, 5)):
-            two = Scenario("two", True, "", (Step("A", Action.ACQUIRE, 0, ttl=1),
-                                             Step("B", Action.ACQUIRE, 1, ttl=1)))
-            with self.assertRaises(ExperimentError) as caught:
-                run_scenarios([two], timeout=TIMEOUT)
-            self.assertEqual(str(caught.exception), "scenario 'two', step 0 (A acquire at tick "
-                             "0): worker A: exited with code 5 after its last report")
+        for code in (5, -signal.SIGKILL):
+            with self.subTest("a worker that exits nonzero, or is killed, after its last report "
+                              "fails the run at that step, before the next is released",
+                              code=code), \
+                    mock.patch.object(run_experiment, "run_worker",
+                                      functools.partial(_serving_then, code)):
+                two = Scenario("two", True, "", (Step("A", Action.ACQUIRE, 0, ttl=1),
+                                                 Step("B", Action.ACQUIRE, 1, ttl=1)))
+                with self.assertRaises(ExperimentError) as caught:
+                    run_scenarios([two], timeout=TIMEOUT)
+                self.assertEqual(str(caught.exception), "scenario 'two', step 0 (A acquire at "
+                                 f"tick 0): worker A: exited with code {code} after its last "
+                                 "report")
 
+    def stops_at_its_next_wait_on_a_stop_signal_leaving_output_untouched(self) -> None:
         real_report, ended_at_the_wait = run_experiment.take_report, []
 
         def stopped_while_waiting(play: Any, actor: str, timeout: float) -> Any:
@@ -1490,28 +1276,28 @@ class CommandLineTests(unittest.TestCase):
 
         with self.subTest("a stop while waiting for a report ends the run there, in one line"), \
                 mock.patch.object(run_experiment, "take_report", stopped_while_waiting):
-            code, out, err = _main("--output", never, heed=signal.SIGTERM,
+            code, out, err = _main("--output", self.never, heed=signal.SIGTERM,
                                    play=run_experiment.run_scenarios)
             self.assertEqual((code, out, ended_at_the_wait), (143, "", ["A"]), err)
             self.assertEqual(err, "run_experiment.py: stopped by SIGTERM; every worker was "
                              "stopped, every temporary folder removed, and --output left "
                              "untouched\n")
-            self.assertFalse(os.path.exists(never))
+            self.assertFalse(os.path.exists(self.never))
             self.assertEqual(multiprocessing.active_children(), [])
-            self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(folder.name)])
+            self.assertEqual(os.listdir(tempfile.gettempdir()), [os.path.basename(self.folder)])
         with self.subTest("a stop signal ignored from the start stays ignored, as in a "
                           "background job"):
             def hung_up() -> Any:
                 signal.raise_signal(signal.SIGHUP)
-                return evidence()
+                return self.evidence()
 
             ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)
             try:
-                code, out, err = _main("--output", never, play=hung_up)
+                code, out, err = _main("--output", self.never, play=hung_up)
             finally:
                 signal.signal(signal.SIGHUP, ignored)
-            self.assertEqual((code, out, _bytes(never)), (0, "", written))
-            os.unlink(never)
+            self.assertEqual((code, out, _bytes(self.never)), (0, "", self.written))
+            os.unlink(self.never)
         for number in STOP_SIGNALS:
             def stop_then(outcome: Callable[[], Any], number: int = number) -> Any:
                 signal.raise_signal(number)
@@ -1520,37 +1306,70 @@ class CommandLineTests(unittest.TestCase):
             def failed() -> Any:
                 raise ExperimentError("s", "step 0", "worker A: ended without a report")
 
-            for outcome in (evidence, failed):
+            for outcome in (self.evidence, failed):
                 with self.subTest("a stop during the run is 128 + n, and --output left untouched",
                                   signal=signal.Signals(number).name, run=outcome.__name__):
-                    code, out, err = _main("--output", never, heed=number,
+                    code, out, err = _main("--output", self.never, heed=number,
                                            play=functools.partial(stop_then, outcome))
                     self.assertEqual((code, out, len(err.splitlines())), (128 + number, "", 1))
                     self.assertIn(f"stopped by {signal.Signals(number).name}", err)
-                    self.assertFalse(os.path.exists(never))
+                    self.assertFalse(os.path.exists(self.never))
 
+        with self.subTest("two stops: the first one noted is the one reported"):
+            def two_stops() -> Any:
+                signal.raise_signal(signal.SIGTERM)
+                signal.raise_signal(signal.SIGHUP)
+                return self.evidence()
+
+            code, out, err = _main("--output", self.never, heed=(signal.SIGTERM, signal.SIGHUP),
+                                   play=two_stops)
+            self.assertEqual((code, out), (128 + signal.SIGTERM, ""))
+            self.assertIn("stopped by SIGTERM", err)
+
+    def reports_each_difference_from_the_check_file_verdicts_first(self) -> None:
         with self.subTest("--check reports the differing JSON paths, verdicts first; exit 1, "
                           "and --output is still written"):
-            document = evidence()
+            document = self.evidence()
             document["scenarios"][0]["events"][3]["outcome"] = "stale"
             document["scenarios"][1]["verdict"]["stale_writes_refused"] = True  # 1 == True
-            tampered = write_json("tampered.json", document)
-            code, out, err = _main("--check", tampered, "--output", never, play=evidence)
+            document["scenarios"][2]["lease_at_end"]["epoch"] = 3
+            self.tampered = self.write_json("tampered.json", document)
+            self.tampered_document = document
+            code, out, err = _main("--check", self.tampered, "--output", self.never,
+                                   play=self.evidence)
             self.assertEqual(code, 1, err)
-            self.assertEqual(out.splitlines()[1:], [
+            self.assertEqual(out.splitlines()[1:], [  # what the runs concluded, first
                 "  $.scenarios[1].verdict.stale_writes_refused: expected true, got 1",
+                "  $.scenarios[2].lease_at_end.epoch: expected 3, got 2",
                 '  $.scenarios[0].events[3].outcome: expected "stale", got "applied"',
             ])
-            self.assertEqual(_bytes(never), written)
-            os.unlink(never)
-        with self.subTest("one differing path is exit 1, and the path is named"):
-            one = evidence()
-            one["scenarios"][2]["final"]["value"] = "report by A"
-            code, out, err = _main("--check", write_json("one.json", one), play=evidence)
-            self.assertEqual((code, out.splitlines()[1:]), (1, [
-                '  $.scenarios[2].final.value: expected "report by A", got "report by B"']), err)
+            self.assertEqual(_bytes(self.never), self.written)
+            os.unlink(self.never)
+        for where, change, said in [
+            ("a verdict", ("final", "value"),
+             '$.scenarios[2].final.value: expected "x", got "report by B"'),
+            ("an event", ("events", 0, "tick"),
+             '$.scenarios[2].events[0].tick: expected "x", got 0'),
+            ("the receiver's log", ("decisions", 0, "value"),
+             '$.scenarios[2].decisions[0].value: expected "x", got "report by A"'),
+        ]:
+            with self.subTest("one differing path is exit 1, and the path is named", where=where):
+                one = self.evidence()
+                *into, last = change
+                functools.reduce(lambda item, key: item[key], into, one["scenarios"][2])[
+                    last] = "x"
+                code, out, err = _main("--check", self.write_json("one.json", one),
+                                       play=self.evidence)
+                self.assertEqual((code, out.splitlines()[1:]), (1, [f"  {said}"]), err)
+        with self.subTest("a long value is cut to 70 characters in the report"):
+            long = self.evidence()
+            long["scenarios"][2]["final"]["value"] = "x" * 300
+            code, out, err = _main("--check", self.write_json("long.json", long),
+                                   play=self.evidence)
+            self.assertEqual(out.splitlines()[1], f'  $.scenarios[2].final.value: expected '
+                             f'"{"x" * 66}..., got "report by B"')  # 70 in all
         with self.subTest("with neither --check nor --output, stdout is the evidence"):
-            self.assertEqual(_main(play=evidence)[:2], (0, written.decode("ascii")))
+            self.assertEqual(_main(play=self.evidence)[:2], (0, self.written.decode("ascii")))
         with self.subTest("an unexpected error exits 70, not 1, in one line naming it"):
             def starved() -> Any:
                 raise MemoryError("out of memory")
@@ -1558,32 +1377,34 @@ class CommandLineTests(unittest.TestCase):
             said = "run_experiment.py: unexpected error: MemoryError: out of memory\n"
             self.assertEqual(_main(play=starved), (70, "", said))
         with self.subTest("the report is ASCII whatever the --check path, for an ASCII stdout"):
-            accented = os.path.join(folder.name, "r\u00e9sultats.json")
-            shutil.copyfile(results, accented)
-            code, out, err = _main("--check", accented, play=evidence)
+            accented = os.path.join(self.folder, "r\u00e9sultats.json")
+            shutil.copyfile(self.results, accented)
+            code, out, err = _main("--check", accented, play=self.evidence)
             said = f"reproduced: this run matches {accented!a} (3 scenarios)\n"
             self.assertEqual((code, out), (0, said), err)
             self.assertTrue(out.isascii())
         for depth in range(900, 1101):
             with self.subTest("a --check nested at any depth is exit 1, or exit 2 in one line, "
                               "and --output is written exactly when it is 1", depth=depth):
-                nested = os.path.join(folder.name, "nested.json")
+                nested = os.path.join(self.folder, "nested.json")
                 with open(nested, "w", encoding="ascii") as file:
                     file.write("[" * depth + "]" * depth)
-                code, out, err = _main("--check", nested, "--output", never, play=evidence)
+                code, out, err = _main("--check", nested, "--output", self.never,
+                                       play=self.evidence)
                 self.assertIn(code, (1, 2), err)
-                self.assertEqual(os.path.exists(never), code == 1)
+                self.assertEqual(os.path.exists(self.never), code == 1)
                 if code == 1:
                     self.assertTrue(out.splitlines()[1].startswith("  $: expected ["), out)
-                    os.unlink(never)
+                    os.unlink(self.never)
                 else:
                     self.assertEqual((out, len(err.splitlines())), ("", 1))
         with self.subTest("twelve differences: the first ten are shown, and how many more"):
-            twelve = evidence()
+            twelve = self.evidence()
             for record in twelve["scenarios"]:
                 for event in record["events"][:4]:
                     event["tick"] += 100
-            code, out, err = _main("--check", write_json("twelve.json", twelve), play=evidence)
+            code, out, err = _main("--check", self.write_json("twelve.json", twelve),
+                                   play=self.evidence)
             self.assertEqual((code, len(out.splitlines())), (1, 12), out)
             self.assertIn("at 12 JSON path", out)
             self.assertTrue(out.endswith("  ... and 2 more\n"), out)
@@ -1601,21 +1422,24 @@ class CommandLineTests(unittest.TestCase):
         ]:
             with self.subTest("differences() finds every kind of difference", want=want, got=got):
                 self.assertEqual(list(run_experiment.differences(want, got)), found)
+
+    def meets_streams_and_files_as_a_users_shell_gives_them(self) -> None:
         with self.subTest("--check reads a pipe, as <(git show HEAD:results.json) gives it"):
             read, write = os.pipe()
             with open(write, "wb") as pipe:
-                pipe.write(written)
+                pipe.write(self.written)
             self.addCleanup(os.close, read)
-            code, out, err = _main("--check", f"/dev/fd/{read}", play=evidence)
+            code, out, err = _main("--check", f"/dev/fd/{read}", play=self.evidence)
             said = f"reproduced: this run matches '/dev/fd/{read}' (3 scenarios)\n"
             self.assertEqual((code, out), (0, said), err)
 
         with self.subTest("stdout closed by its reader (| true): exit 32, quietly, the output "
                           "in place first"):
-            code, out, err = _main("--check", results, "--output", never, play=evidence,
+            code, out, err = _main("--check", self.results, "--output", self.never,
+                                   play=self.evidence,
                                    stdout=_Closed())
             self.assertEqual((code, err), (32, ""))
-            self.assertEqual(_bytes(never), written)
+            self.assertEqual(_bytes(self.never), self.written)
             self.assertEqual(_main("--help", stdout=_Closed())[0], 32)
             full_disk = "cannot write to stdout: [Errno 28] No space left on device"
             self.assertEqual(_main("--help", stdout=_Full())[::2],
@@ -1648,35 +1472,36 @@ class CommandLineTests(unittest.TestCase):
         with self.subTest("an --output that cannot be put in place is left as it was, with no "
                           "success line"), mock.patch.object(
                 os, "replace", side_effect=OSError(28, "No space left on device")):
-            code, out, err = _main("--check", results, "--output", never, play=evidence)
-            said = f"run_experiment.py: error: {never!r}: No space left on device\n"
+            code, out, err = _main("--check", self.results, "--output", self.never,
+                                   play=self.evidence)
+            said = f"run_experiment.py: error: {self.never!r}: No space left on device\n"
             self.assertEqual((code, out, err), (2, "", said))
-            self.assertEqual((_bytes(never), os.listdir(folder.name).count("never.json")),
-                             (written, 1))
-            self.assertFalse([name for name in os.listdir(folder.name) if name.endswith(".tmp")])
+            self.assertEqual((_bytes(self.never), os.listdir(self.folder).count("never.json")),
+                             (self.written, 1))
+            self.assertFalse([name for name in os.listdir(self.folder) if name.endswith(".tmp")])
 
         # Files that are not what they seem: each refused before the run with exit 2 and one
         # line, nothing replaced.  The --check file must never be overwritten, whatever name
         # reaches it.
-        fifo, loop = os.path.join(folder.name, "fifo"), os.path.join(folder.name, "loop")
-        deep = os.path.join(folder.name, "deep.json")
+        fifo, loop = os.path.join(self.folder, "fifo"), os.path.join(self.folder, "loop")
+        deep = os.path.join(self.folder, "deep.json")
         with open(deep, "w", encoding="ascii") as file:
             file.write("[" * 100_000 + "]" * 100_000)
         os.mkfifo(fifo)
         os.symlink(loop, loop)
-        link, hard = os.path.join(folder.name, "link.json"), os.path.join(folder.name, "hard.json")
-        os.symlink(tampered, link)
-        os.link(tampered, hard)
+        link, hard = os.path.join(self.folder, "link.json"), os.path.join(self.folder, "hard.json")
+        os.symlink(self.tampered, link)
+        os.link(self.tampered, hard)
         for arguments, reason in [
-            (("--check", os.path.join(folder.name, "missing.json")), "missing.json"),
-            (("--check", folder.name), "Is a directory"),
+            (("--check", os.path.join(self.folder, "missing.json")), "missing.json"),
+            (("--check", self.folder), "Is a directory"),
             (("--check", os.path.join(HERE, "leases.py")), "is not JSON"),
             (("--check", deep), "is not JSON: maximum recursion depth"),
             (("--output", fifo), "is not a regular file"),
             (("--output", loop), "Too many levels of symbolic links"),
-            (("--check", tampered, "--output", link), "is the --check file"),
-            (("--check", tampered, "--output", hard), "is the --check file"),
-            (("--output", folder.name + os.sep), "must name a file"),
+            (("--check", self.tampered, "--output", link), "is the --check file"),
+            (("--check", self.tampered, "--output", hard), "is the --check file"),
+            (("--output", self.folder + os.sep), "must name a file"),
             (("--output=",), "--output must name a file, got ''"),
             (("--bogus",), "unrecognized arguments: --bogus"),
         ]:
@@ -1686,23 +1511,25 @@ class CommandLineTests(unittest.TestCase):
                 self.assertEqual((code, out, len(err.splitlines())), (2, "", 1), err)
                 self.assertIn(reason, err)
         self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
-        self.assertEqual(json.loads(_bytes(tampered)), document)
-        with self.subTest("a new --output file gets the mode the umask allows, and the umask stays"):
-            os.unlink(never)
+        self.assertEqual(json.loads(_bytes(self.tampered)), self.tampered_document)
+        with self.subTest("a new --output file gets the mode the umask allows, and the umask "
+                          "stays"):
+            os.unlink(self.never)
             previous = os.umask(0o027)
             try:
-                _main("--output", never, play=evidence)
+                _main("--output", self.never, play=self.evidence)
             finally:
                 left = os.umask(previous)  # reading the umask means setting it: put back
-            self.assertEqual((stat.S_IMODE(os.stat(never).st_mode), left), (0o640, 0o027))
+            self.assertEqual((stat.S_IMODE(os.stat(self.never).st_mode), left), (0o640, 0o027))
         with self.subTest("through a symlink, the target is replaced whole, its mode kept"):
-            os.symlink("never.json", os.path.join(folder.name, "evidence"))
-            os.chmod(never, 0o640)
-            _main("--output", os.path.join(folder.name, "evidence"), play=evidence)
-            self.assertEqual((os.readlink(os.path.join(folder.name, "evidence")),
-                              stat.S_IMODE(os.stat(never).st_mode), _bytes(never)),
-                             ("never.json", 0o640, written))
+            os.symlink("never.json", os.path.join(self.folder, "evidence"))
+            os.chmod(self.never, 0o640)
+            _main("--output", os.path.join(self.folder, "evidence"), play=self.evidence)
+            self.assertEqual((os.readlink(os.path.join(self.folder, "evidence")),
+                              stat.S_IMODE(os.stat(self.never).st_mode), _bytes(self.never)),
+                             ("never.json", 0o640, self.written))
 
+    def checks_a_scenario_or_step_when_it_is_built(self) -> None:
         builds: list[tuple[Callable[[], object], str]] = [
             (lambda: Scenario("back", True, "", (Step("A", Action.ACQUIRE, 10, ttl=1),
                                                  Step("A", Action.ACQUIRE, 5, ttl=1))),
@@ -1712,6 +1539,7 @@ class CommandLineTests(unittest.TestCase):
             (lambda: Step("A", Action.CHECK, 2**63), r"tick must be an int from 0 to 2\*\*63 - 1"),
             (lambda: Step("A", Action.ACQUIRE, 0, ttl=2**63), r"a ttl \(an int from 1 to 2\*\*63"),
             (lambda: Step("A", Action.ACQUIRE, 0), "acquire and renew need a ttl"),
+            (lambda: Step("A", Action.RENEW, 0, ttl=0), "acquire and renew need a ttl"),
             (lambda: Step("A", Action.WRITE, 0), "a write needs a value"),
             (lambda: Step("", Action.CHECK, 0), "actor must not be empty"),
             (lambda: Scenario("none", True, "", ()), "steps must not be empty"),
@@ -1723,6 +1551,8 @@ class CommandLineTests(unittest.TestCase):
             with self.subTest("a scenario or step is checked when it is built", reason=reason), \
                     self.assertRaisesRegex((TypeError, ValueError), reason):
                 make()
+
+    def plays_a_readers_own_schedule_with_every_action_through_the_engine(self) -> None:
 
         # A reader's own schedule, with every action: A renews at tick 9, so B is refused at
         # tick 10; A checks, writes and releases; B takes over, writes, finds its lease
@@ -1766,7 +1596,8 @@ class CommandLineTests(unittest.TestCase):
         def watched(scenario: Scenario, path: str, released: Any, reports: Any,
                     workers: Any) -> Any:
             watched_released: Any = [Watch(event, workers) for event in released]
-            watched_reports: Any = {actor: Watch(queue, workers) for actor, queue in reports.items()}
+            watched_reports: Any = {actor: Watch(queue, workers)
+                                    for actor, queue in reports.items()}
             return play(scenario, path, watched_released, watched_reports, workers)
 
         with mock.patch.object(run_experiment, "Play", watched), \
@@ -1783,6 +1614,275 @@ class CommandLineTests(unittest.TestCase):
             [2, None, "lost"],
         ])
         self.assertEqual(exit_codes[9], {"A": None, "B": 0})
+
+
+# --- plumbing, after the tests: child process targets, top level and told everything by their
+#     arguments; then the command-line harness ---
+
+
+def _job(
+    number: int,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    ready: "Queue[int]",
+    start: "MPEvent",
+    results: "Queue[ChildResult]",
+) -> None:
+    """Report ready, wait for the common start, run `function(*args)` and report its result."""
+    try:
+        ready.put(number)
+        if not start.wait(TIMEOUT):
+            raise TimeoutError("start was never given")
+        results.put((number, True, function(*args)))
+    except BaseException:
+        results.put((number, False, traceback.format_exc()))
+        raise
+
+
+def _acquire_and_release(db_path: str, holder: str, rounds: int) -> list[int]:
+    """Take the resource `rounds` times, retrying while another process holds it."""
+    epochs: list[int] = []
+    with LeaseAuthority(db_path) as authority:
+        while len(epochs) < rounds:
+            try:
+                lease = authority.acquire(RESOURCE, holder, now=0, ttl=1)
+            except LeaseHeld:
+                continue
+            epochs.append(lease.epoch)
+            authority.release(lease)
+    return epochs
+
+
+def _write_epochs(db_path: str, writer: str, epochs: range) -> list[tuple[int, str]]:
+    with Receiver(db_path) as receiver:
+        return [(e, receiver.write(RESOURCE, e, writer).outcome.value) for e in epochs]
+
+
+def _take_over_and_write(db_path: str, now: int) -> Lease:
+    with LeaseAuthority(db_path) as authority, Receiver(db_path) as receiver:
+        lease = authority.acquire(RESOURCE, "child", now=now, ttl=10)
+        receiver.write(RESOURCE, lease.epoch, "from the child")
+        return lease
+
+
+def _pause_before(
+    store: LeaseAuthority | Receiver, statement: str, reached: "MPEvent", resume: "MPEvent"
+) -> None:
+    """Stop `store`'s next statement that starts with `statement`: set `reached`, await `resume`.
+
+    This reaches inside a real operation, between its SQL statements, so that a test can
+    decide exactly what another process does at that moment.
+    """
+
+    def trap(sql: str) -> None:
+        if sql.startswith(statement):
+            reached.set()
+            resume.wait(TIMEOUT)
+
+    assert store._connection is not None  # an open store
+    store._connection.set_trace_callback(trap)
+
+
+def _acquire_pausing(
+    db_path: str, holder: str, now: int, statement: str, reached: "MPEvent", resume: "MPEvent"
+) -> Acquisition:
+    with LeaseAuthority(db_path) as authority:
+        _pause_before(authority, statement, reached, resume)
+        try:
+            return ("granted", authority.acquire(RESOURCE, holder, now=now, ttl=10).epoch)
+        except LeaseHeld as held:
+            return ("held", held.lease.epoch)
+
+
+def _write_pausing(
+    db_path: str, epoch: int, value: str, statement: str, reached: "MPEvent", resume: "MPEvent"
+) -> WriteResult:
+    with Receiver(db_path) as receiver:
+        _pause_before(receiver, statement, reached, resume)
+        return receiver.write(RESOURCE, epoch, value)
+
+
+def _set() -> "MPEvent":
+    event = SPAWN.Event()
+    event.set()
+    return event
+
+
+def _open_while_created(path: str, reading: "MPEvent") -> str:
+    """Open a Receiver on `path`, saying when it comes to read the file."""
+    real = leases._check_tables
+
+    def check_tables(connection: "leases._Bounded", path: str) -> None:
+        reading.set()
+        real(connection, path)
+
+    with mock.patch.object(leases, "_check_tables", check_tables):
+        Receiver(path).close()
+    return "opened"
+
+
+def _leave_open_in_wal_mode(db_path: str, statements: str) -> None:
+    """Make the model's tables, then run `statements` in WAL mode, and end without closing the
+    database, as a killed program does: what they did stays in the WAL log only."""
+    connection = sqlite3.connect(db_path, isolation_level=None)
+    connection.executescript(";".join(leases._TABLES.values()))
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.executescript(statements)
+    os._exit(0)
+
+
+class _Closed(io.StringIO):
+    """A stdout whose reader has gone, as after `| head -1`."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+class _Full(io.StringIO):
+    """A stdout on a full disk, which takes each write into its buffer and fails to flush."""
+
+    def flush(self) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def _main(
+    *args: str, play: Callable[[], Any] | None = None, stdout: io.StringIO | None = None,
+    heed: int | tuple[int, ...] = (), closed_stdout: bool = False,
+) -> tuple[int, str, str]:
+    """run_experiment.main(args) in this process: its exit code, stdout and stderr.  `play`
+    stands in for playing the scenarios, which the suite does once, in _run(); without it,
+    main() must not start a run.
+
+    main() is a program: it takes the stop signals over.  The suite's own handlers are put
+    back afterwards.  `closed_stdout` starts it as `>&-` does, with no sys.stdout at all.
+    `heed` is a signal, or signals, that the caller sends itself, to be heeded even where the
+    suite runs with it ignored (a script's background job ignores SIGINT); a stop main()
+    reports for any other came from outside, and stops the suite.
+    """
+    handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    heeded = heed if isinstance(heed, tuple) else (heed,)
+    for number in heeded:
+        signal.signal(number, signal.default_int_handler)
+    out, err = None if closed_stdout else stdout or io.StringIO(), io.StringIO()
+
+    def no_run() -> Any:
+        raise AssertionError("the command line started a run")
+
+    played = mock.patch.object(run_experiment, "run_scenarios", play or no_run)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), played:
+            code = run_experiment.main(list(args))
+    except SystemExit as exit:  # argparse's own refusals
+        code = int(exit.code or 0)
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    if any(number not in heeded for number in run_experiment.noted_stops()):  # whatever code
+        raise KeyboardInterrupt(err.getvalue().strip())
+    return code, "" if out is None else out.getvalue(), err.getvalue()
+
+
+def _run_signalling_workers(test: unittest.TestCase, *numbers: int) -> tuple[int, str, str]:
+    """The README's --check command, in a fresh interpreter, with `numbers` sent to every
+    worker, and to multiprocessing's resource tracker, just as the engine first waits for a
+    report, while most workers are still starting up."""
+    program = ("import sys, test_leases; "
+               f"sys.exit(test_leases._signalling_workers({[int(n) for n in numbers]!r}))")
+    done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
+                          check=False, capture_output=True, text=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _signalling_workers(numbers: list[int]) -> int:
+    real, sent = run_experiment.take_report, [False]
+
+    def report(*args: Any) -> Any:
+        tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
+        pids = [child.pid for child in multiprocessing.active_children()] + [tracker]
+        for pid in pids if not sent[-1] else ():
+            for number in numbers:
+                os.kill(pid, number)
+        sent.append(True)
+        return real(*args)
+
+    with tempfile.TemporaryDirectory() as folder, \
+            mock.patch.object(run_experiment, "take_report", report):
+        return run_experiment.main(["--check", "results.json",
+                                    "--output", os.path.join(folder, "out.json")])
+
+
+def _run_killing(test: unittest.TestCase, scenario: int, step: int, victim: str) -> tuple[
+        int, str, str]:
+    """The README's --check command, in a fresh interpreter, SIGKILLing `victim`'s worker in
+    scenario number `scenario` while the engine waits for the report of its step `step`: by
+    then the victim waits for a later step.  A hang is TimeoutExpired, after TIMEOUT."""
+    program = ("import sys, test_leases; "
+               f"sys.exit(test_leases._killing({scenario}, {step}, {victim!r}))")
+    done = subprocess.run([sys.executable, "-c", program], cwd=HERE, timeout=TIMEOUT,
+                          check=False, capture_output=True, text=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _killing(scenario: int, step: int, victim: str) -> int:
+    real, reports = run_experiment.take_report, Counter[str]()
+
+    def report(play: Any, actor: str, timeout: float) -> Any:
+        name = play.scenario.name
+        if name == run_experiment.SCENARIOS[scenario].name and reports[name] == step:
+            worker = play.workers[victim]
+            # Killed at the worst moment, as it wrote a report: its Queue's lock stays held.
+            play.reports[victim]._wlock.acquire()
+            worker.kill()
+            worker.join(TIMEOUT)  # dead before anything is released to it
+        reports[name] += 1
+        return real(play, actor, timeout)
+
+    with mock.patch.object(run_experiment, "take_report", report):
+        return run_experiment.main(["--check", "results.json"])
+
+
+def _leading() -> None:
+    """Run the README's command; once the first step is reported, when its worker waits for
+    its next and the others wait or start, print the PIDs of the workers and the resource
+    tracker, and hang."""
+    real = run_experiment.take_report
+
+    def report(play: Any, actor: str, timeout: float) -> Any:
+        reported = real(play, actor, timeout)
+        tracker = multiprocessing.resource_tracker._resource_tracker._pid  # type: ignore
+        pids = [child.pid for child in multiprocessing.active_children()] + [tracker]
+        print(json.dumps(pids), flush=True)
+        threading.Event().wait(TIMEOUT)  # until the test kills this process
+        return reported
+
+    with mock.patch.object(run_experiment, "take_report", report):
+        run_experiment.main(["--check", "results.json"])
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The processes of `pids` still alive after `seconds`, waited for on their pidfds."""
+    deadline, alive = time.monotonic() + seconds, []
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:  # a pidfd is readable once its process has exited
+            if not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                alive.append(pid)
+        finally:
+            os.close(pidfd)
+    return alive
+
+
+def _serving_then(exit_code: int, orders: run_experiment.Orders) -> None:
+    """A worker that does its steps, reports them, then exits with `exit_code`, or is killed
+    by signal -`exit_code`.  A seam: what a spawned worker does after its last report cannot be
+    changed by a patch in this process, and the real worker always exits 0."""
+    run_experiment.serve(orders)
+    if exit_code < 0:
+        os.kill(os.getpid(), -exit_code)
+    os._exit(exit_code)
 
 
 if __name__ == "__main__":
