@@ -160,21 +160,36 @@ def _opened(path: str, library: types.ModuleType = leases) -> list[Any]:
             library.Receiver(path, fenced=False), AskingReceiver(path)]
 
 
-class _Clock:
-    """The time module as one holder's library sees it: the real clocks, `offset` ns later."""
+# The clock a holder's library reads (ns): a call's first reading, a reading's step, and how
+# much later the second play of a call starts, which flips the parity of its seconds and ns.
+_START, _STEP, _LATER = 1_767_225_600 * 10**9, 100_000_000, 1_000_000_001
 
-    _NAMES = ("time", "monotonic", "perf_counter")
+
+class _Clock:
+    """The time module as one holder's library sees it, the same in every play of a call: a
+    call starts at _START (`later` ns after it in its second play), and each reading is _STEP
+    after the one before, so that the library's own deadlines still pass, and a replay sees
+    what the search saw."""
+
+    _NAMES = ("time", "monotonic", "perf_counter", "process_time", "thread_time")
 
     def __init__(self) -> None:
-        self.offset = 0
+        self.now = _START
+
+    def start(self, later: int = 0) -> None:
+        self.now = _START + later
+
+    def _read(self) -> int:
+        self.now += _STEP
+        return self.now
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(time, name)
         if name.removesuffix("_ns") not in self._NAMES:
             return real
         if name.endswith("_ns"):
-            return lambda: real() + self.offset
-        return lambda: real() + self.offset / 1e9
+            return self._read
+        return lambda: self._read() / 1e9
 
 
 def _library(clock: _Clock) -> types.ModuleType:
@@ -502,7 +517,6 @@ _Content = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
 _HEADER = ("user_version", "application_id")
 # What the file holds that a restore does not set: one that changes is refused.
 _FIXED = ("journal_mode", "page_size", "auto_vacuum", "encoding")
-_LATER = 1_000_000_001  # ns: the second clock, which flips the parity of its seconds and ns
 
 
 class _Remembers(BaseException):  # not an error: the search starts again
@@ -574,10 +588,12 @@ class _Bench:
                 self.here = self._intern(self._read())
         return holder
 
-    def _call(self, holder: _Holder, role: int, name: str, args: Any, kwargs: Any) -> Any:
+    def _call(self, holder: _Holder, role: int, name: str, args: Any, kwargs: Any,
+              later: int = 0) -> Any:
         lease = holder.library.Lease  # the holder's own class, which its library checks for
         given = [lease(*dataclasses.astuple(arg)) if isinstance(arg, Lease) else arg
                  for arg in args]
+        holder.clock.start(later)
         return getattr(holder.objects[role], name)(*given, **kwargs)
 
     def _play(self, h: int, trace: tuple[Any, ...], key: Any, args: Any,
@@ -589,16 +605,14 @@ class _Bench:
             if not self.tracing:
                 raise _Remembers
             holder.memory, holder.connections = memory, _memory(holder)[1]
-        elif not isinstance(error, _Unrestorable):  # the same call, under a later clock
-            holder.clock.offset = _LATER
-            try:
-                again = self._once(holder, at, role, name, args, kwargs, again=True)
-            finally:
-                holder.clock.offset = 0
+        elif here is not None:  # the same call, under a later clock
+            again = self._once(holder, at, role, name, args, kwargs, later=_LATER)
             if (_said(result, error), here) != (_said(*again[:2]), again[2]):
-                error = _Unrestorable(f"{name} answered otherwise under a clock "
-                                      f"{_LATER:,} ns later: {_said(result, error)!r}, "
-                                      f"then {_said(*again[:2])!r}")
+                error = RuntimeError(f"{name} answered otherwise under a clock {_LATER:,} ns "
+                                     f"later: {_said(result, error)!r}, then "
+                                     f"{_said(*again[:2])!r}")
+        if here is None:  # left what no restore sets back: the holder was given new objects
+            here = self.here
         if self.tracing:
             self.pool[h, (*trace, key)] = holder
             while len(self.pool) > 64:  # the oldest kept objects, closed
@@ -608,17 +622,19 @@ class _Bench:
         return result, error, here
 
     def _once(self, holder: _Holder, at: int, role: int, name: str, args: Any, kwargs: Any,
-              *, again: bool = False) -> tuple[Any, Exception | None, int, Any]:
+              *, later: int = 0) -> tuple[Any, Exception | None, int | None, Any]:
         """Play one call from the content `at`: its answer, the content and memory it left
-        (`again`: the memory it found, which the first play has just compared)."""
+        (`later`, the second play: the memory it found, which the first play has just
+        compared).  The content is None if the call left what no restore of the file sets
+        back; its error then says what."""
         if self.here != at:
             self._restore(self.contents[at])
         result, error = None, None
         try:
-            result = self._call(holder, role, name, args, kwargs)
+            result = self._call(holder, role, name, args, kwargs, later)
         except Exception as exc:  # noqa: BLE001 - answered again as it was raised
             error = exc
-        memory, connections = (holder.memory, holder.connections) if again else _memory(holder)
+        memory, connections = (holder.memory, holder.connections) if later else _memory(holder)
         kept = _kept(connections)
         content = None
         try:
@@ -629,8 +645,8 @@ class _Bench:
             kept = "left a transaction open"
         if content is None:
             holder.reopen()
-            content, memory = self._read(), holder.memory
-            error = _Unrestorable(f"{name} {kept or 'left a transaction open'}")
+            self.here = self._intern(self._read())
+            return None, RuntimeError(f"{name} {kept}"), None, holder.memory
         self.here = self._intern(content)
         return result, error, self.here, memory
 
@@ -699,10 +715,6 @@ class _Bench:
                 self.raw.execute("ROLLBACK")
             raise
         self.here = self._intern(content)
-
-
-class _Unrestorable(RuntimeError):
-    """A call left what no restore of the file sets back, or answered by the clock."""
 
 
 def _said(result: Any, error: Exception | None) -> Any:
