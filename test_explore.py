@@ -39,6 +39,8 @@ BOUNDS = {
     "check, then write": explore.Bound(2, (ACQUIRE, CHECK, WRITE), last_tick=1, ttl=1),
     "one holder": explore.Bound(1, (ACQUIRE, WRITE, WRITE, CHECK, ACQUIRE, WRITE, RENEW, WRITE,
                                     RELEASE), last_tick=2, ttl=2),
+    # README's bound in which three decisions reach a receiver: each holder writes twice.
+    "three decisions": explore.Bound(2, (ACQUIRE, WRITE, WRITE), last_tick=3, ttl=2),
 }
 
 
@@ -65,8 +67,8 @@ class CountingTests(unittest.TestCase):
         self,
     ) -> None:
         for name, bound in BOUNDS.items():
-            if name == "renew, release":  # 630 schedules whole take 2 s, and show nothing more
-                continue
+            if name in ("renew, release", "three decisions"):  # 630 and 1,680 schedules whole
+                continue  # take 2 s and 12 s, and show nothing more
             whole = explore.explore(bound, brute_force=True)
             for key in ("schedules", "classes", "violations", "witnesses", "failures"):
                 self.assertEqual(_tables()[name][key], whole[key], (name, key))
@@ -140,6 +142,16 @@ class CountingTests(unittest.TestCase):
     def test_two_writes_at_one_epoch_the_second_is_a_conflict_in_every_schedule(self) -> None:
         self.assertEqual(_classes("two writes, no expiry")["fenced"]["conflict"], 140)
 
+    def test_three_decisions_reach_a_receiver_and_its_late_refusals_are_its_conflicts(
+        self,
+    ) -> None:
+        table = _tables()["three decisions"]
+        self.assertEqual((table["schedules"], table["states"]), (1680, 627))
+        fenced = table["classes"]["fenced"]
+        self.assertEqual((fenced["conflict"], fenced["late refused, not superseded"],
+                          fenced["stale refused"]), (1680, 796, 146))
+        self.assertEqual(max(len(run) for run in table["witnesses"].values()), 6)
+
     def test_a_holders_own_check_leaves_gap_schedules_a_takeover_between_check_and_write(
         self,
     ) -> None:
@@ -166,7 +178,7 @@ class CountingTests(unittest.TestCase):
 
     def test_a_bound_in_which_no_lease_can_expire_says_so_and_has_no_takeover(self) -> None:
         self.assertEqual([table["leases_can_expire"] for table in _tables().values()],
-                         [True, False, True, True, True])
+                         [True, False, True, True, True, True])
         self.assertEqual(_classes("two writes, no expiry")["unfenced"]["clean"], 140)
 
     def test_progress_is_said_every_2_s_with_how_far_the_search_is(self) -> None:
