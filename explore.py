@@ -9,12 +9,17 @@ receiver.
 
 The contract:
 
-* A state (`State`) is everything the database holds (its schema and every row of every table, read
-  back with the explorer's own SQL after each call), the tick, each holder's place and lease,
-  and the explorer's record.  Every step starts from exactly that content, and two schedules
-  merge only where all of it is identical.  A call already played from the same content is
-  answered as it was: exact because the library keeps nothing outside the database between
-  calls, which is checked after every call played.
+* A state (`State`) is everything the database holds (its schema, every row of every table and
+  the header's user_version and application_id, read back with the explorer's own SQL after
+  each call), the tick, each holder's place and lease, and the explorer's record.  Every step
+  starts from exactly that content, and two schedules merge only where all of it is identical.
+  Each holder plays through a copy of leases of its own.  A call already played from the same
+  content is answered as it was: exact while the library remembers nothing outside the file,
+  which a deep walk of each holder's objects, classes and globals checks after every call
+  played (once it remembers, each holder's calls so far are in the state too); every call is
+  played again under a later clock and must answer the same, and one that leaves a transaction
+  open or a temporary table fails the model check.  A failing schedule is played whole again,
+  from a new file, before it is shown.
 * Every check (`CHECKS`: a named function each) compares a step with the record (`Record`:
   what the authority and each receiver answered), never with the rows the code under test wrote.
 * `explore(bound, brute_force=True)` plays every schedule whole, from an empty database,
