@@ -9,12 +9,17 @@ receiver.
 
 The contract:
 
-* A state (`State`) is everything the database holds (its schema and every row of every table, read
-  back with the explorer's own SQL after each call), the tick, each holder's place and lease,
-  and the explorer's record.  Every step starts from exactly that content, and two schedules
-  merge only where all of it is identical.  A call already played from the same content is
-  answered as it was: exact because the library keeps nothing outside the database between
-  calls, which is checked after every call played.
+* A state (`State`) is everything the database holds (its schema, every row of every table and
+  the header's user_version and application_id, read back with the explorer's own SQL after
+  each call), the tick, each holder's place and lease, and the explorer's record.  Every step
+  starts from exactly that content, and two schedules merge only where all of it is identical.
+  Each holder plays through a copy of leases of its own.  A call already played from the same
+  content is answered as it was: exact while the library remembers nothing outside the file,
+  which a deep walk of each holder's objects, classes and globals checks after every call
+  played (once it remembers, each holder's calls so far are in the state too); every call is
+  played again under a later clock and must answer the same, and one that leaves a transaction
+  open or a temporary table fails the model check.  A failing schedule is played whole again,
+  from a new file, before it is shown.
 * Every check (`CHECKS`: a named function each) compares a step with the record (`Record`:
   what the authority and each receiver answered), never with the rows the code under test wrote.
 * `explore(bound, brute_force=True)` plays every schedule whole, from an empty database,
@@ -29,25 +34,28 @@ The contract:
 
 import argparse
 import contextlib
+import dataclasses
+import enum
 import functools
 import gc
+import importlib.util
 import math
 import os
 import sqlite3
 import sys
 import tempfile
 import time
+import types
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import leases
 from leases import (
     BUSY_TIMEOUT_SECONDS,
     Lease,
-    LeaseAuthority,
     Outcome,
-    Receiver,
     is_live,
 )
 from run_experiment import (
@@ -151,10 +159,133 @@ class AskingReceiver:
         return outcome, *stored
 
 
-def _opened(path: str) -> list[Any]:
-    """The authority and the three receivers on the file `path`."""
-    return [LeaseAuthority(path), Receiver(path, fenced=True), Receiver(path, fenced=False),
-            AskingReceiver(path)]
+def _opened(path: str, library: types.ModuleType = leases) -> list[Any]:
+    """The authority and the three receivers on the file `path`, made by `library`."""
+    return [library.LeaseAuthority(path), library.Receiver(path, fenced=True),
+            library.Receiver(path, fenced=False), AskingReceiver(path)]
+
+
+# The clock a holder's library reads (ns): a call's first reading, a reading's step, and how
+# much later the second play of a call starts, which flips the parity of its seconds and ns.
+_START, _STEP, _LATER = 1_767_225_600 * 10**9, 100_000_000, 1_000_000_001
+
+
+class _Clock:
+    """The time module as one holder's library sees it, the same in every play of a call: a
+    call starts at _START (`later` ns after it in its second play), and each reading is _STEP
+    after the one before, so that the library's own deadlines still pass, and a replay sees
+    what the search saw."""
+
+    _NAMES = ("time", "monotonic", "perf_counter", "process_time", "thread_time")
+
+    def __init__(self) -> None:
+        self.now = _START
+
+    def start(self, later: int = 0) -> None:
+        self.now = _START + later
+
+    def _read(self) -> int:
+        self.now += _STEP
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(time, name)
+        if name.removesuffix("_ns") not in self._NAMES:
+            return real
+        if name.endswith("_ns"):
+            return self._read
+        return lambda: self._read() / 1e9
+
+
+def _library(clock: _Clock) -> types.ModuleType:
+    """A copy of leases of one holder's own, as a process of its own imports it: its classes
+    and its globals are no other holder's, and it reads `clock`.  Its exceptions are leases'
+    own, so that run_experiment.perform, which catches them by class, catches them."""
+    spec = leases.__spec__
+    assert spec is not None and spec.loader is not None
+    library = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(library)
+    for name, value in list(vars(library).items()):
+        if value is time:
+            setattr(library, name, clock)
+    for name in ("LeaseError", "LeaseHeld", "LeaseLost"):
+        setattr(library, name, getattr(leases, name))
+    return library
+
+
+class _Holder:
+    """One holder: its own copy of the library, its own clock, its own objects on the file."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.clock = path, _Clock()
+        self.library = _library(self.clock)
+        self.objects = _opened(path, self.library)
+        self.memory, self.connections = _memory(self)
+
+    def reopen(self) -> None:
+        """New objects: closing rolls back whatever a call left open."""
+        self.close()
+        self.objects = _opened(self.path, self.library)
+        self.memory, self.connections = _memory(self)
+
+    def close(self) -> None:
+        for store in self.objects:
+            store.close()
+
+
+def _memory(holder: _Holder) -> tuple[Any, list[sqlite3.Connection]]:
+    """What a holder's library can remember outside the file, as a value to compare (its
+    objects, its classes and its module's globals, walked deeply), and every connection met."""
+    connections: list[sqlite3.Connection] = []
+    seen: dict[int, Any] = {}  # kept, so that no id is another object's during the walk
+    module = holder.library.__name__
+
+    def walked(value: Any) -> Any:
+        if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+            return value
+        if isinstance(value, sqlite3.Connection):
+            connections.append(value)
+            return "a connection"
+        if isinstance(value, (types.ModuleType, _Clock)):
+            return ("module", getattr(value, "__name__", "time"))
+        if id(value) in seen:
+            return ("again", type(value).__qualname__)
+        seen[id(value)] = value
+        if isinstance(value, (list, tuple)):
+            return (type(value).__qualname__, *map(walked, value))
+        if isinstance(value, (set, frozenset)):
+            return ("set", *sorted(map(walked, value), key=repr))
+        if isinstance(value, dict):
+            return ("dict", *((walked(key), walked(item)) for key, item in value.items()))
+        if isinstance(value, (staticmethod, classmethod)):
+            return walked(value.__func__)
+        if isinstance(value, enum.Enum):  # a member: its class is walked, its name is all
+            return repr(value)
+        if isinstance(value, types.FunctionType):
+            if not (value.__defaults__ or value.__kwdefaults__ or value.__closure__
+                    or vars(value)):
+                return "function"  # nothing in it can change: most of a module
+            cells = [cell.cell_contents for cell in value.__closure__ or ()
+                     if cell.cell_contents is not value]
+            return ("function", walked(value.__defaults__), walked(value.__kwdefaults__),
+                    walked(cells), walked(vars(value)))
+        if hasattr(value, "cache_info") and hasattr(value, "__wrapped__"):  # functools.cache
+            return ("cached", str(value.cache_info()), walked(value.__wrapped__))
+        if isinstance(value, type):
+            if value.__module__ != module:
+                return ("class", value.__qualname__)
+            return ("class", value.__qualname__, walked(_own(vars(value))))
+        if hasattr(value, "__dict__"):
+            return (type(value).__qualname__, walked(vars(value)))
+        return repr(value)
+
+    found = walked((_own(vars(holder.library)), holder.objects[:3]))
+    connections.append(holder.objects[3]._connection)
+    return found, connections
+
+
+def _own(names: Any) -> dict[str, Any]:
+    return {name: value for name, value in names.items() if not name.startswith("__")}
 
 
 # --- one step, and what it tells: shared by the search and the brute force ---
@@ -277,6 +408,7 @@ CHECKS: dict[str, Callable[[Move], tuple[str, ...]]] = {
 # Each flag a step can raise: a class at a receiver, or a check failed at a place.
 _FLAGS = (*(f"{receiver} {cls.name}" for receiver in RECEIVERS for cls in CLASSES),
           *((check, place) for check in CHECKS for place in PLACES))
+_CHECKED = len(CLASSES) * len(RECEIVERS)  # the first flag of a check failed
 
 
 def _writes(move: Move) -> bool:
@@ -384,16 +516,35 @@ def _next(bound: Bound, tick: int, positions: tuple[int, ...]) -> Iterator[tuple
 
 # --- the search: schedules counted by state, each (content, call) played once ---
 
-# What a database holds: its schema (type, name, table, sql of each entry), each table's rows.
-_Content = tuple[tuple[Any, ...], tuple[Any, ...]]
+# What a database holds: its schema (type, name, table, sql of each entry), each table's rows,
+# and the header fields a library may write (user_version, application_id).
+_Content = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
+_HEADER = ("user_version", "application_id")
+# What the file holds that a restore does not set: one that changes is refused.
+_FIXED = ("journal_mode", "page_size", "auto_vacuum", "encoding")
+
+
+class _Remembers(BaseException):  # not an error: the search starts again
+    """A call changed what its holder's library remembers outside the file."""
 
 
 class _Bench:
-    """The real objects on one file; a connection of the explorer's own that reads and sets
-    every row; and every call played so far, by the content it met."""
+    """Each holder's own objects on one file; a connection of the explorer's own that reads and
+    sets the whole file; and every call played so far, by the content it met.
 
-    def __init__(self, path: str) -> None:
-        self.path, self.objects = path, _opened(path)
+    With `tracing`, a holder's library may remember: a call is told apart also by its holder's
+    calls so far (its trace), which decide what the holder's objects remember, and is played
+    by objects that made exactly those calls.  With `whole`, nothing is answered again: every
+    call is played, in order, from what the last one left.
+    """
+
+    def __init__(self, path: str, holders: int, *, tracing: bool = False,
+                 whole: bool = False) -> None:
+        self.path, self.tracing, self.whole = path, tracing, whole
+        self.pool: dict[Any, _Holder] = {}  # each holder's objects, by (holder, trace)
+        for h in range(holders):
+            self.pool[h, ()] = _Holder(path)
+        self.trace: list[tuple[Any, ...]] = [()] * holders
         # Its own connection only: it never waits for a lock (a lock held between calls is the
         # library's fault, found at once), nor syncs its own writes (a crash loses the run, no
         # more).  The library's connections keep their settings, so the cost compares.
@@ -405,50 +556,104 @@ class _Bench:
         self.calls: dict[Any, tuple[Any, Exception | None, int]] = {}
         self.here = self.at = self._intern(self._read())  # what the file holds; a step's start
         self.played = 0
-        self.stand_ins = [_StandIn(self, index) for index in range(len(self.objects))]
+        self.stand_ins = [[_StandIn(self, h, role) for role in range(len(RECEIVERS) + 1)]
+                          for h in range(holders)]
 
     def close(self) -> None:
-        for store in (*self.objects, self.raw):
-            store.close()
+        for holder in self.pool.values():
+            holder.close()
+        self.raw.close()
 
-    def call(self, index: int, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Object `index`'s method `name`, from the content `at`: played once, then answered."""
-        key = (self.at, index, name, args, tuple(kwargs.items()))
-        answer = self.calls.get(key)
+    def call(self, h: int, role: int, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Holder h's object `role`, its method `name`, from the content `at`: played once,
+        then answered."""
+        trace = self.trace[h]
+        key = (self.at, role, name, args, tuple(kwargs.items()))
+        answer = None if self.whole else self.calls.get((h, trace, key))
         if answer is None:
-            answer = self.calls[key] = self._play(index, name, args, kwargs)
+            answer = self._play(h, trace, key, args, kwargs)
+            if not self.whole:
+                self.calls[h, trace, key] = answer
+        if self.tracing:
+            self.trace[h] = (*trace, key)
         result, error, self.at = answer
         if error is not None:
             raise error.with_traceback(None)  # raised again: no growing traceback
         return result
 
-    def _play(self, index: int, name: str, args: Any, kwargs: Any) -> tuple[Any, Any, int]:
-        if self.here != self.at:
-            self._restore(self.contents[self.at])
-        target, self.played = self.objects[index], self.played + 1
-        before, result, error = dict(vars(target)), None, None
+    def _holder(self, h: int, trace: tuple[Any, ...]) -> _Holder:
+        """Objects of holder h that made exactly the calls `trace`: kept, or new ones made to."""
+        holder = self.pool.pop((h, trace), None)
+        if holder is None:
+            holder = _Holder(self.path)
+            for at, role, name, args, kwargs in trace:
+                self._restore(self.contents[at])
+                with contextlib.suppress(Exception):  # answered as it was, when it was played
+                    self._call(holder, role, name, args, dict(kwargs))
+                self.here = self._intern(self._read())
+        return holder
+
+    def _call(self, holder: _Holder, role: int, name: str, args: Any, kwargs: Any,
+              later: int = 0) -> Any:
+        lease = holder.library.Lease  # the holder's own class, which its library checks for
+        given = [lease(*dataclasses.astuple(arg)) if isinstance(arg, Lease) else arg
+                 for arg in args]
+        holder.clock.start(later)
+        return getattr(holder.objects[role], name)(*given, **kwargs)
+
+    def _play(self, h: int, trace: tuple[Any, ...], key: Any, args: Any,
+              kwargs: Any) -> tuple[Any, Any, int]:
+        holder, (at, role, name) = self._holder(h, trace), key[:3]
+        self.played += 1
+        result, error, here, memory = self._once(holder, at, role, name, args, kwargs)
+        if memory != holder.memory:
+            if not self.tracing:
+                raise _Remembers
+            holder.memory, holder.connections = memory, _memory(holder)[1]
+        elif here is not None:  # the same call, under a later clock
+            again = self._once(holder, at, role, name, args, kwargs, later=_LATER)
+            if (_said(result, error), here) != (_said(*again[:2]), again[2]):
+                error = RuntimeError(f"{name} answered otherwise under a clock {_LATER:,} ns "
+                                     f"later: {_said(result, error)!r}, then "
+                                     f"{_said(*again[:2])!r}")
+        if here is None:  # left what no restore sets back: the holder was given new objects
+            here = self.here
+        if self.tracing:
+            self.pool[h, (*trace, key)] = holder
+            while len(self.pool) > 64:  # the oldest kept objects, closed
+                self.pool.pop(next(iter(self.pool))).close()
+        else:
+            self.pool[h, trace] = holder
+        return result, error, here
+
+    def _once(self, holder: _Holder, at: int, role: int, name: str, args: Any, kwargs: Any,
+              *, later: int = 0) -> tuple[Any, Exception | None, int | None, Any]:
+        """Play one call from the content `at`: its answer, the content and memory it left
+        (`later`, the second play: the memory it found, which the first play has just
+        compared).  The content is None if the call left what no restore of the file sets
+        back; its error then says what."""
+        if self.here != at:
+            self._restore(self.contents[at])
+        result, error = None, None
         try:
-            result = getattr(target, name)(*args, **kwargs)
+            result = self._call(holder, role, name, args, kwargs, later)
         except Exception as exc:  # noqa: BLE001 - answered again as it was raised
             error = exc
-        if vars(target) != before:  # a call would then depend on more than the rows
-            error = RuntimeError(f"{name} kept state outside the database: {vars(target)}")
-        # A transaction left open would keep a snapshot, or the lock, into the next call.
-        left_open = any(isinstance(value, sqlite3.Connection) and value.in_transaction
-                        for value in vars(target).values())
+        memory, connections = (holder.memory, holder.connections) if later else _memory(holder)
+        kept = _kept(connections)
         content = None
         try:
-            content = None if left_open else self._read()
+            content = None if kept else self._read()
         except sqlite3.OperationalError as exc:  # a lock held by a connection not seen
             if "locked" not in str(exc):
                 raise
+            kept = "left a transaction open"
         if content is None:
-            for store in self.objects:  # closing rolls back whatever it left open
-                store.close()
-            self.objects[:] = _opened(self.path)
-            content, error = self._read(), RuntimeError(f"{name} left a transaction open")
+            holder.reopen()
+            self.here = self._intern(self._read())
+            return None, RuntimeError(f"{name} {kept}"), None, holder.memory
         self.here = self._intern(content)
-        return result, error, self.here
+        return result, error, self.here, memory
 
     def _intern(self, content: _Content) -> int:
         found = self.ids.setdefault(content, len(self.contents))
@@ -457,13 +662,16 @@ class _Bench:
         return found
 
     def _read(self) -> _Content:
-        """The schema and every row, read under the write lock with the explorer's own SQL."""
+        """The schema, every row and the header, read under the write lock with the explorer's
+        own SQL."""
         self.raw.execute("BEGIN IMMEDIATE")
         try:
             schema = tuple(self.raw.execute(
                 "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"))
+            header = tuple(self.raw.execute(f"PRAGMA {name}").fetchone()[0]
+                           for name in (*_HEADER, *_FIXED))
             return schema, tuple(tuple(self.raw.execute(select))
-                                 for select, _, _ in self._statements(schema))
+                                 for select, _, _ in self._statements(schema)), header
         finally:
             self.raw.execute("COMMIT")
 
@@ -489,32 +697,59 @@ class _Bench:
 
     def _restore(self, content: _Content) -> None:
         """Make the file hold exactly `content`, in one transaction of the explorer's own."""
-        (schema, rows), (now_schema, now_rows) = content, self.contents[self.here]
+        (schema, rows, header), (now_schema, now_rows, now_header) = content, self.contents[
+            self.here]
         if schema != now_schema:  # only a library that changes its tables gets here
             raise RuntimeError("the library changed the tables of its database: a state with "
                                "other tables cannot be restored")
+        if header[len(_HEADER):] != now_header[len(_HEADER):]:
+            raise RuntimeError(f"the library changed its file's {', '.join(_FIXED)}: "
+                               f"{now_header[len(_HEADER):]!r}, not {header[len(_HEADER):]!r}, "
+                               "which a restore does not set back")
         self.raw.execute("BEGIN IMMEDIATE")
         try:
             for (_, clear, fill), table_rows, now in zip(self._statements(schema), rows, now_rows):
                 if table_rows != now:  # a table the last call left as it was stays
                     self.raw.execute(clear)
                     self.raw.executemany(fill, table_rows)
+            for name, value in zip(_HEADER, header):
+                self.raw.execute(f"PRAGMA {name} = {int(value)}")
             self.raw.execute("COMMIT")
         except BaseException:
             if self.raw.in_transaction:
                 self.raw.execute("ROLLBACK")
             raise
-        self.here = self.at
+        self.here = self._intern(content)
+
+
+def _said(result: Any, error: Exception | None) -> Any:
+    return result if error is None else (type(error).__name__, str(error))
+
+
+def _kept(connections: list[sqlite3.Connection]) -> str | None:
+    """What a library's connections keep that the file does not: an open transaction, or a
+    temporary table or an attached database (its connection's own, beside the file)."""
+    for connection in connections:
+        try:
+            if connection.in_transaction:
+                return "left a transaction open"
+            (temporary,) = connection.execute("SELECT count(*) FROM temp.sqlite_master").fetchone()
+            attached = {row[1] for row in connection.execute("PRAGMA database_list")}
+            if temporary or attached - {"main", "temp"}:
+                return "kept a temporary table or an attached database, which the file does not hold"
+        except sqlite3.ProgrammingError:  # closed: it keeps nothing
+            continue
+    return None
 
 
 class _StandIn:
-    """One of the bench's objects as the step code is handed it: each call goes to the bench."""
+    """One of a holder's objects as the step code is handed it: each call goes to the bench."""
 
-    def __init__(self, bench: _Bench, index: int) -> None:
-        self.bench, self.index = bench, index
+    def __init__(self, bench: _Bench, h: int, role: int) -> None:
+        self.bench, self.h, self.role = bench, h, role
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        return functools.partial(self.bench.call, self.index, name)
+        return functools.partial(self.bench.call, self.h, self.role, name)
 
 
 def explore(
@@ -569,42 +804,57 @@ class State(NamedTuple):
     positions: tuple[int, ...]  # how many steps of the program each holder has taken
     beliefs: tuple[Any, ...]  # the lease each holder holds, as its fields, or None
     record: Record  # what the authority and the receivers have answered so far
+    memory: tuple[Any, ...]  # each holder's calls so far, from which what its objects remember
+    # follows; all () while the library remembers nothing outside the file
 
 
 def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
+    """Count schedules by state; again, each holder's calls in its state, once a call is seen
+    to change what a holder's library remembers outside the file."""
+    try:
+        return _searched(bound, folder, progress, tracing=False)
+    except _Remembers:
+        return _searched(bound, folder, progress, tracing=True)
+
+
+def _searched(bound: Bound, folder: str, progress: _Progress, *, tracing: bool) -> _Found:
     """Count schedules by state, one layer per step taken; each state keeps the smallest
     schedule that reaches it (its ticks, then its holders), and how many schedules reach it
     with each set of flags."""
-    bench = _Bench(os.path.join(folder, "explore.sqlite3"))
+    bench = _Bench(os.path.join(folder, f"explore-{tracing}.sqlite3"), bound.holders,
+                   tracing=tracing)
     steps = bound.holders * len(bound.program)
     try:
         start = State(bench.here, 0, (0,) * bound.holders, (None,) * bound.holders,
-                      Record.empty(bound.holders))
+                      Record.empty(bound.holders), ((),) * bound.holders)
         layer: dict[State, list[Any]] = {start: [((), ()), {0: 1}]}
         smallest: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         states, transitions = 1, 0
         for depth in range(1, steps + 1):
             following: dict[State, list[Any]] = {}
             # A step's outcome depends only on the content, the step, its holder's lease and
-            # the record, so each such move of a layer is played and judged once.
-            known: dict[Any, tuple[Any, int, Record, int]] = {}
-            for done, ((content, tick, positions, beliefs, record), ((ticks, holders), counts)) in (
-                    enumerate(layer.items())):
+            # calls so far, and the record, so each such move of a layer is played and judged
+            # once.
+            known: dict[Any, tuple[Any, int, Record, int, Any]] = {}
+            for done, (state, ((ticks, holders), counts)) in enumerate(layer.items()):
+                content, tick, positions, beliefs, record, memory = state
                 for h, later in _next(bound, tick, positions):
                     stop_if_asked()
-                    move = (content, h, positions[h], later, beliefs[h], record)
+                    move = (content, h, positions[h], later, beliefs[h], record, memory[h])
                     if move not in known:
-                        bench.at, step = content, bound.step(h, positions[h], later)
+                        bench.at, bench.trace[h] = content, memory[h]
+                        step = bound.step(h, positions[h], later)
                         held = None if beliefs[h] is None else Lease(*beliefs[h])
-                        kept, events = _played(step, held, bench.stand_ins)
+                        kept, events = _played(step, held, bench.stand_ins[h])
                         known[move] = (_fields(kept),
-                                       *_judged(record, h, step, held, events, kept), bench.at)
-                    kept, raised, after, at = known[move]
+                                       *_judged(record, h, step, held, events, kept), bench.at,
+                                       bench.trace[h])
+                    kept, raised, after, at, trace = known[move]
                     reach, transitions = ((*ticks, later), (*holders, h)), transitions + 1
                     for bit in _bits(raised):
                         smallest[bit] = min(smallest.get(bit, reach), reach)
                     goes = State(at, later, _put(positions, h, positions[h] + 1),
-                                 _put(beliefs, h, kept), after)
+                                 _put(beliefs, h, kept), after, _put(memory, h, trace))
                     target = following.get(goes)
                     if target is None:
                         target = following[goes] = [reach, {}]
@@ -623,24 +873,52 @@ def _search(bound: Bound, folder: str, progress: _Progress) -> _Found:
             ends.update(counts)
         witnesses = {}
         for bit, (ticks, holders) in smallest.items():  # each played again, from the start
-            bench.at = start.content
-            steps_events = [events for _, events in _walk(bound, bench.stand_ins, ticks, holders)]
-            witnesses[bit] = (ticks, holders), [[event.as_json() for event in run]
-                                                for run in zip(*steps_events)]
+            if bit >= _CHECKED:  # a failure: played whole, from a new file, by new objects
+                runs = _replayed(bound, folder, bit, ticks, holders)
+            else:
+                bench.at, bench.trace[:] = start.content, start.memory
+                steps_events = [events for _, events in
+                                _walk(bound, bench.stand_ins, ticks, holders)]
+                runs = [[event.as_json() for event in run] for run in zip(*steps_events)]
+            witnesses[bit] = (ticks, holders), runs
         return ends, states, transitions, bench.played, witnesses
     finally:
         bench.close()
 
 
-def _walk(bound: Bound, objects: Sequence[Any], ticks: tuple[int, ...],
+def _replayed(bound: Bound, folder: str, bit: int, ticks: tuple[int, ...],
+              holders: tuple[int, ...]) -> list[list[Any]]:
+    """The events of a failing schedule played whole, from a new, empty file, by new objects
+    of new copies of the library; RuntimeError, the explorer's own failure, unless it fails
+    the same check at the same place again."""
+    path = os.path.join(folder, f"replay-{bit}.sqlite3")
+    bench, flags = _Bench(path, bound.holders, tracing=True, whole=True), 0
+    try:
+        steps_events = []
+        for raised, events in _walk(bound, bench.stand_ins, ticks, holders):
+            flags |= raised
+            steps_events.append(events)
+    finally:
+        bench.close()
+    if not flags >> bit & 1:
+        check, place = _FLAGS[bit]
+        schedule = ", ".join(f"{'ABCDEFGH'[h]}@{tick}" for tick, h in zip(ticks, holders))
+        raise RuntimeError(f"explore.py failed: the schedule {schedule} failed {check!r} at "
+                           f"{place} in the search, but not when played whole from an empty "
+                           "file")
+    return [[event.as_json() for event in run] for run in zip(*steps_events)]
+
+
+def _walk(bound: Bound, objects: Sequence[Sequence[Any]], ticks: tuple[int, ...],
           holders: tuple[int, ...]) -> Iterator[tuple[int, list[Any]]]:
-    """Play one schedule on `objects` from its start: the flags and the events of each step."""
+    """Play one schedule from its start, each holder on its `objects`: the flags and the events
+    of each step."""
     positions, beliefs, record = [0] * bound.holders, [None] * bound.holders, Record.empty(
         bound.holders)
     for tick, h in zip(ticks, holders):
         stop_if_asked()
         step, held = bound.step(h, positions[h], tick), beliefs[h]
-        beliefs[h], events = _played(step, held, objects)
+        beliefs[h], events = _played(step, held, objects[h])
         raised, record = _judged(record, h, step, held, events, beliefs[h])
         positions[h] += 1
         yield raised, events
@@ -650,11 +928,13 @@ def _walk(bound: Bound, objects: Sequence[Any], ticks: tuple[int, ...],
 
 
 def _brute_force(bound: Bound, folder: str, progress: _Progress) -> _Found:
-    """Play every schedule whole, from an empty database, with new objects each time."""
+    """Play every schedule whole, from an emptied database, with new objects each time: each
+    holder's own, made by a copy of the library of its own."""
     path = os.path.join(folder, "brute.sqlite3")
     for store in _opened(path):  # the file, as the library and AskingReceiver make it
         store.close()
-    # Nothing is restored: before each schedule, every row of every table is deleted.  This
+    # Nothing is restored: before each schedule, every row of every table is deleted and the
+    # header fields set to 0 (the same file, in this process, not a new one).  This
     # connection stays open, so that closing a schedule's objects never checkpoints the log,
     # which would cost more than the schedule itself.  It waits for no lock: one still held
     # after a step is a library's transaction left open.
@@ -663,12 +943,14 @@ def _brute_force(bound: Bound, folder: str, progress: _Progress) -> _Found:
     smallest: dict[int, tuple[Any, list[list[Any]]]] = {}
     prefixes: set[tuple[tuple[int, ...], tuple[int, ...]]] = {((), ())}
     steps = bound.holders * len(bound.program)
+    libraries = [_library(_Clock()) for _ in range(bound.holders)]
     try:
         for ticks, holders in _schedules(bound):
             tables = keeper.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             keeper.executescript("BEGIN IMMEDIATE;" + "".join(
-                f' DELETE FROM "{name}";' for (name,) in tables.fetchall()) + " COMMIT")
-            objects, flags = _opened(path), 0
+                f' DELETE FROM "{name}";' for (name,) in tables.fetchall()) + "".join(
+                f" PRAGMA {name} = 0;" for name in _HEADER) + " COMMIT")
+            objects, flags = [_opened(path, library) for library in libraries], 0
             runs: list[list[Any]] = [[] for _ in RECEIVERS]
             try:
                 for index, (raised, events) in enumerate(_walk(bound, objects, ticks, holders)):
@@ -683,7 +965,7 @@ def _brute_force(bound: Bound, folder: str, progress: _Progress) -> _Found:
                                                     for run in runs]
                     flags |= raised
             finally:
-                for store in objects:
+                for store in (store for own in objects for store in own):
                     store.close()
             ends[flags] += 1
             if progress.is_due():

@@ -14,12 +14,10 @@ import os
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import unittest
-from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
@@ -41,6 +39,8 @@ BOUNDS = {
     "check, then write": explore.Bound(2, (ACQUIRE, CHECK, WRITE), last_tick=1, ttl=1),
     "one holder": explore.Bound(1, (ACQUIRE, WRITE, WRITE, CHECK, ACQUIRE, WRITE, RENEW, WRITE,
                                     RELEASE), last_tick=2, ttl=2),
+    # README's bound in which three decisions reach a receiver: each holder writes twice.
+    "three decisions": explore.Bound(2, (ACQUIRE, WRITE, WRITE), last_tick=3, ttl=2),
 }
 
 
@@ -67,8 +67,8 @@ class CountingTests(unittest.TestCase):
         self,
     ) -> None:
         for name, bound in BOUNDS.items():
-            if name == "renew, release":  # 630 schedules whole take 2 s, and show nothing more
-                continue
+            if name in ("renew, release", "three decisions"):  # 630 and 1,680 schedules whole
+                continue  # take 2 s and 12 s, and show nothing more
             whole = explore.explore(bound, brute_force=True)
             for key in ("schedules", "classes", "violations", "witnesses", "failures"):
                 self.assertEqual(_tables()[name][key], whole[key], (name, key))
@@ -142,6 +142,16 @@ class CountingTests(unittest.TestCase):
     def test_two_writes_at_one_epoch_the_second_is_a_conflict_in_every_schedule(self) -> None:
         self.assertEqual(_classes("two writes, no expiry")["fenced"]["conflict"], 140)
 
+    def test_three_decisions_reach_a_receiver_and_its_late_refusals_are_its_conflicts(
+        self,
+    ) -> None:
+        table = _tables()["three decisions"]
+        self.assertEqual((table["schedules"], table["states"]), (1680, 627))
+        fenced = table["classes"]["fenced"]
+        self.assertEqual((fenced["conflict"], fenced["late refused, not superseded"],
+                          fenced["stale refused"]), (1680, 796, 146))
+        self.assertEqual(max(len(run) for run in table["witnesses"].values()), 6)
+
     def test_a_holders_own_check_leaves_gap_schedules_a_takeover_between_check_and_write(
         self,
     ) -> None:
@@ -168,7 +178,7 @@ class CountingTests(unittest.TestCase):
 
     def test_a_bound_in_which_no_lease_can_expire_says_so_and_has_no_takeover(self) -> None:
         self.assertEqual([table["leases_can_expire"] for table in _tables().values()],
-                         [True, False, True, True, True])
+                         [True, False, True, True, True, True])
         self.assertEqual(_classes("two writes, no expiry")["unfenced"]["clean"], 140)
 
     def test_progress_is_said_every_2_s_with_how_far_the_search_is(self) -> None:
@@ -192,35 +202,141 @@ class CountingTests(unittest.TestCase):
 
 
 # Each check of the explorer, and a breakage of leases.py under which it fires: (the check,
-# what to replace, with what, the bound's command-line arguments, the first failing schedule
-# as "actor action outcome" per step, and where it failed: the authority or a receiver).
+# the edits, each what to replace and with what, the bound's command-line arguments, the first
+# failing schedule as "actor action outcome" per step, and where it failed: the authority or a
+# receiver).
 BREAKAGES = [
-    ("fence", "epoch > stored[0]", "epoch >= stored[0]",  # an equal epoch applied twice
+    ("fence", [("epoch > stored[0]", "epoch >= stored[0]")],  # an equal epoch applied twice
      ["--program", "acquire", "write", "write", "--last-tick", "0", "--ttl", "2"],
      ["A acquire granted", "A write applied", "A write applied"], ["fenced"]),
-    ("epochs increase", '"UPDATE leases SET holder = NULL WHERE resource = ?"',
-     '"DELETE FROM leases WHERE resource = ?"',  # a release forgets the epoch
+    ("epochs increase", [('"UPDATE leases SET holder = NULL WHERE resource = ?"',
+                          '"DELETE FROM leases WHERE resource = ?"')],  # a release forgets the epoch
      ["--program", "acquire", "release", "--last-tick", "0"],
      ["A acquire granted", "A release released", "B acquire granted"], ["authority"]),
-    ("one live lease", "raise LeaseHeld(held)", "pass",  # a live lease granted again
+    ("one live lease", [("raise LeaseHeld(held)", "pass")],  # a live lease granted again
      ["--program", "acquire", "--last-tick", "0"],
      ["A acquire granted", "B acquire granted"], ["authority"]),
-    ("stored pair", "return WriteResult(outcome, resource, epoch, value, *stored)",
-     "return WriteResult(outcome, resource, epoch, value, epoch, value)",  # says it holds it
+    ("stored pair", [("return WriteResult(outcome, resource, epoch, value, *stored)",
+                      "return WriteResult(outcome, resource, epoch, value, epoch, value)")],
+     # says it holds it
      ["--program", "acquire", "write", "write", "--last-tick", "0", "--ttl", "2"],
      ["A acquire granted", "A write applied", "A write conflict"], ["fenced"]),
-    ("model", "return dataclasses.replace(lease, expires_at=expires_at)",
-     "return dataclasses.replace(lease, expires_at=expires_at + 1)",  # renews one tick long
+    ("model", [("return dataclasses.replace(lease, expires_at=expires_at)",
+                "return dataclasses.replace(lease, expires_at=expires_at + 1)")],
+     # renews one tick long
      ["--holders", "1", "--program", "acquire", "renew", "--last-tick", "0"],
      ["A acquire granted", "A renew renewed"], ["authority"]),
-    ("model", "lease.expires_at),\n            )\n        return lease\n",
-     'lease.expires_at),\n            )\n        return dataclasses.replace(lease, holder="C")\n',
+    ("model", [("lease.expires_at),\n            )\n        return lease\n",
+                'lease.expires_at),\n            )\n        return dataclasses.replace(lease, holder="C")\n')],
      ["--holders", "1", "--program", "acquire", "--last-tick", "0"],  # a lease not as stored
      ["A acquire granted"], ["authority"]),
-    ("stored pair", "return WriteResult(outcome, resource, epoch, value, *stored)",
-     'return WriteResult(outcome, resource, epoch, value, *(stored if self.fenced else (0, "?")))',
+    ("stored pair", [("return WriteResult(outcome, resource, epoch, value, *stored)",
+                      'return WriteResult(outcome, resource, epoch, value, *(stored if self.fenced else (0, "?")))')],
      ["--holders", "1", "--program", "acquire", "write", "--last-tick", "0"],  # unfenced alone
      ["A acquire granted", "A write applied"], ["unfenced"]),
+]
+
+
+# README's bounds that the breakages below need: the default (a release gives a lease back),
+# and one in which three decisions reach a receiver (each holder writes twice).
+DEFAULT: list[str] = []
+THREE_DECISIONS = ["--program", "acquire", "write", "write", "--last-tick", "3"]
+# What a receiver decided on (its latest decision's stored pair) and where a library may keep
+# it: the edits below each keep it somewhere other than the file's tables.
+_LATEST = "            seq, stored = self._latest(connection, resource)\n"
+_RESULT = "        return WriteResult(outcome, resource, epoch, value, *stored)\n"
+_DECIDE = ("            outcome = _decide(stored, epoch, value) if self.fenced else "
+           "Outcome.APPLIED\n")
+_FENCED = "        self.fenced = fenced\n"
+_GLOBAL = "_SQLITE_INT_MAX = 2**63 - 1\n"
+# Each breakage with state outside the file's tables, as the outside review wrote them: (its
+# name, the edits, the bound, the first check it fails, that check's first failing schedule,
+# and where it failed).  Each is caught at one of README's bounds, and its witness is played
+# again whole, from a new file, by explore.py itself before it is shown.
+HIDDEN = [
+    ("memory in an object: a list attribute changed in place", [
+        (_FENCED, _FENCED + "        self.recent: list[Any] = []  # what this object stored\n"),
+        (_LATEST, _LATEST + "            if self.recent:  # trusted, never checked\n"
+                            "                stored = self.recent[-1]\n"),
+        (_RESULT, "        self.recent.append(stored)\n" + _RESULT)],
+     THREE_DECISIONS, "stored pair",
+     ["A acquire granted", "A write applied", "B acquire granted", "B write applied",
+      "A write conflict"], ["fenced"]),
+    ("memory in a class: a counter of every receiver's writes", [
+        ('    _KIND = "receiver"\n', '    _KIND = "receiver"\n    writes = 0\n'),
+        (_DECIDE, ("            Receiver.writes += 1  # two decided, then trusted\n"
+                  "            outcome = (_decide(stored, epoch, value)\n"
+                  "                       if self.fenced and Receiver.writes <= 2\n"
+                  "                       else Outcome.APPLIED)\n"))],
+     THREE_DECISIONS, "fence",
+     ["A acquire granted", "A write applied", "A write applied"], ["fenced"]),
+    ("memory in a module: a dict of what was stored", [
+        (_GLOBAL, _GLOBAL + "_STORED: dict[str, Any] = {}  # by resource\n"),
+        (_LATEST, _LATEST + "            stored = _STORED.get(resource, stored)\n"),
+        (_RESULT, "        _STORED[resource] = stored\n" + _RESULT)],
+     THREE_DECISIONS, "stored pair",
+     ["A acquire granted", "A write applied", "B acquire granted", "B write applied",
+      "A write conflict"], ["fenced"]),
+    ("a process's memory of its grants, applied without comparing", [
+        (_GLOBAL, _GLOBAL + "_GRANTED: set[tuple[str, int]] = set()  # granted here\n"),
+        ("        return lease\n\n    def renew",
+         "        _GRANTED.add((resource, lease.epoch))\n        return lease\n\n    def renew"),
+        (_DECIDE, _DECIDE + "            if (resource, epoch) in _GRANTED:  # surely current\n"
+                            "                outcome = Outcome.APPLIED\n")],
+     THREE_DECISIONS, "fence",
+     ["A acquire granted", "A write applied", "A write applied"], ["fenced"]),
+    ("the oldest decision row read as the latest", [
+        ('" WHERE fenced = ? AND resource = ? ORDER BY seq DESC LIMIT 1"',
+         '" WHERE fenced = ? AND resource = ? ORDER BY seq LIMIT 1"')],
+     THREE_DECISIONS, "model",
+     ["A acquire granted", "A write applied", "A write conflict", "B acquire granted",
+      "B write raised"], ["fenced", "unfenced", "asking"]),
+    ("a temporary-table mirror of what was stored", [
+        (_LATEST, _LATEST + '            connection.execute("CREATE TEMP TABLE IF NOT EXISTS mirror'
+                            ' (resource TEXT"\n'
+                            '                               " PRIMARY KEY, epoch, value)")\n'
+                            '            mirrored = connection.execute("SELECT epoch, value FROM'
+                            ' mirror"\n'
+                            '                                          " WHERE resource = ?",'
+                            ' (resource,)).fetchone()\n'
+                            "            stored = stored if mirrored is None else"
+                            " tuple(mirrored)\n"),
+        (_RESULT, '            connection.execute("INSERT OR REPLACE INTO mirror VALUES'
+                  ' (?, ?, ?)",\n'
+                  "                               (resource, *stored))\n" + _RESULT)],
+     THREE_DECISIONS, "model", ["A acquire granted", "A write raised"],
+     ["fenced", "unfenced", "asking"]),
+    ("the clock: now and then a fast path", [
+        (_DECIDE, _DECIDE + "            if time.monotonic_ns() % 2:\n"
+                            "                outcome = Outcome.APPLIED\n")],
+     THREE_DECISIONS, "model", ["A acquire granted", "A write applied", "A write raised"],
+     ["fenced", "unfenced", "asking"]),
+    ("a counter in the file's header, given back by a release", [
+        (("            lease = Lease(resource, holder, 1 if row is None else row.epoch + 1,"
+         " expires_at)\n"),
+         ('            (counter,) = connection.execute("PRAGMA user_version").fetchone()\n'
+         "            lease = Lease(resource, holder, counter + 1, expires_at)\n"
+         '            connection.execute(f"PRAGMA user_version = {lease.epoch}")\n')),
+        ("            self._current_or_lost(connection, lease, None)\n",
+         ("            self._current_or_lost(connection, lease, None)\n"
+         '            connection.execute(f"PRAGMA user_version = {lease.epoch - 1}")\n'))],
+     DEFAULT, "epochs increase",
+     ["A acquire granted", "A renew renewed", "A write applied", "A release released",
+      "B acquire granted"], ["authority"]),
+]
+# A correct cache: it keeps what it stored, and uses it only once the log says nothing came
+# after it.
+VALIDATED = [
+    (_FENCED, _FENCED + "        self._cached: dict[str, Any] = {}  # resource: (seq, stored)\n"),
+    (_LATEST, '            (newest,) = connection.execute("SELECT max(seq) FROM'
+              ' receiver_decisions"\n'
+              '                                           " WHERE fenced = ? AND resource = ?",\n'
+              "                                           (self.fenced, resource)).fetchone()\n"
+              "            cached = self._cached.get(resource)\n"
+              "            if cached is not None and cached[0] == (newest or 0):  # checked\n"
+              "                seq, stored = cached\n"
+              "            else:\n    " + _LATEST),
+    (_RESULT, "        self._cached[resource] = (seq + 1, stored)\n" + _RESULT),
 ]
 
 
@@ -230,22 +346,31 @@ def _folder(test: unittest.TestCase) -> str:
     return folder
 
 
-def _explore_broken(
-    test: unittest.TestCase, old: str, new: str, arguments: list[str]
+def _broken(
+    test: unittest.TestCase, edits: list[tuple[str, str]], *command: str
 ) -> "subprocess.CompletedProcess[str]":
-    """explore.py, run as a user runs it, on a scratch copy whose leases.py has `old` replaced
-    with `new`."""
+    """`python3 *command`, run in a scratch copy whose leases.py has each edit's old text
+    replaced with its new."""
     folder = _folder(test)
     for name in ("leases.py", "run_experiment.py", "explore.py"):
         shutil.copy(os.path.join(HERE, name), folder)
     path = os.path.join(folder, "leases.py")
     with open(path, encoding="utf-8") as file:
         source = file.read()
-    test.assertEqual(source.count(old), 1, f"{old!r} must occur once in leases.py")
+    for old, new in edits:
+        test.assertEqual(source.count(old), 1, f"{old!r} must occur once in leases.py")
+        source = source.replace(old, new)
     with open(path, "w", encoding="utf-8") as file:
-        file.write(source.replace(old, new))
-    return subprocess.run([sys.executable, "explore.py", *arguments], cwd=folder,
-                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        file.write(source)
+    return subprocess.run([sys.executable, *command], cwd=folder, capture_output=True,
+                          text=True, timeout=TIMEOUT, check=False)
+
+
+def _explore_broken(
+    test: unittest.TestCase, edits: list[tuple[str, str]], arguments: list[str]
+) -> "subprocess.CompletedProcess[str]":
+    """explore.py, run as a user runs it, on a scratch copy of the library with `edits`."""
+    return _broken(test, edits, "explore.py", *arguments)
 
 
 def _schedule(report: str, title: str) -> list[str]:
@@ -279,60 +404,88 @@ class CheckTests(unittest.TestCase):
         self,
     ) -> None:
         self.assertEqual({check for check, *_ in BREAKAGES}, set(explore.CHECKS))
-        for check, old, new, arguments, steps, places in BREAKAGES:
+        for check, edits, arguments, steps, places in BREAKAGES:
             with self.subTest(check):
-                run = _explore_broken(self, old, new, arguments)
-                self.assertEqual(run.returncode, 1, run.stderr)
-                failed = next(line for line in run.stdout.splitlines()
-                              if line.startswith("  checks failed: "))
-                self.assertEqual(failed.split(": ")[1].split(" (of")[0].split(", ")[0], check)
-                self.assertEqual(
-                    _schedule(run.stdout, f"the first schedule failing {check!r}"), steps)
-                self.assertEqual(re.findall(rf"^the first schedule failing {check!r} \((\w+)",
-                                            run.stdout, re.MULTILINE), places,
-                                 "only where the check failed is named")
+                self._fails(_explore_broken(self, edits, arguments), check, steps, places)
 
-
-    def test_a_library_that_keeps_state_outside_the_database_fails_the_model_check(
+    def test_state_kept_outside_the_tables_fails_a_check_at_readmes_bounds_on_every_run(
         self,
     ) -> None:
-        write = leases.Receiver.write
+        for name, edits, arguments, check, steps, places in HIDDEN:
+            with self.subTest(name):
+                self._fails(_explore_broken(self, edits, arguments), check, steps, places)
 
-        def remembering(receiver: leases.Receiver, *args: Any) -> leases.WriteResult:
-            receiver.last = args  # type: ignore[attr-defined]
-            return write(receiver, *args)
+    def _fails(self, run: "subprocess.CompletedProcess[str]", check: str, steps: list[str],
+               places: list[str]) -> None:
+        """`run` exits 1, `check` first among the checks failed, with its first failing
+        schedule `steps`, failing at `places` and nowhere else."""
+        self.assertEqual(run.returncode, 1, run.stderr)
+        failed = next(line for line in run.stdout.splitlines()
+                      if line.startswith("  checks failed: "))
+        self.assertEqual(failed.split(": ")[1].split(" (of")[0].split(", ")[0], check)
+        self.assertEqual(_schedule(run.stdout, f"the first schedule failing {check!r}"), steps)
+        self.assertEqual(re.findall(rf"^the first schedule failing {check!r} \((\w+)",
+                                    run.stdout, re.MULTILINE), places,
+                         "only where the check failed is named")
 
-        with mock.patch.object(leases.Receiver, "write", remembering):
-            table = explore.explore(BOUNDS["takeover"])
-        self.assertGreater(table["violations"]["model"], 0)
-        outcomes = [e["outcome"] for e in table["failures"]["model"]["fenced"]]
-        self.assertTrue(outcomes[-1].startswith("raised RuntimeError: write kept state outside "
-                                                "the database"), outcomes)
+
+    def test_a_correct_validated_cache_passes_with_the_clean_tables_and_as_played_whole(
+        self,
+    ) -> None:
+        output = os.path.join(_folder(self), "table.json")
+        run = _explore_broken(self, VALIDATED, [*THREE_DECISIONS, "--output", output])
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        with open(output, encoding="utf-8") as file:
+            table = json.load(file)
+        clean = explore.explore(explore.Bound(2, (ACQUIRE, WRITE, WRITE), last_tick=3))
+        for key in ("schedules", "classes", "violations", "witnesses"):
+            self.assertEqual(table[key], clean[key], key)
+        with self.subTest("counting by state, each holder's calls in it, as played whole"):
+            run = _broken(self, VALIDATED, "-c", (
+                "import explore\n"
+                "bound = explore.Bound(2, (explore.Action.ACQUIRE, explore.Action.WRITE,"
+                " explore.Action.WRITE), last_tick=1, ttl=2)\n"
+                "by_state, whole = explore.explore(bound), explore.explore(bound,"
+                " brute_force=True)\n"
+                "print(all(by_state[key] == whole[key] for key in ('schedules', 'classes',"
+                " 'violations', 'witnesses', 'failures')), by_state['states'])\n"))
+            self.assertEqual(run.returncode, 0, run.stderr)
+            same, states = run.stdout.split()
+            self.assertEqual(same, "True")
+            self.assertGreater(int(states), _tables()["two writes, no expiry"]["states"],
+                               "what the receivers remember is in the state")
 
     def test_a_library_that_leaves_a_transaction_open_is_found_at_once_in_both_modes(
         self,
     ) -> None:
-        def left_open(begin: str) -> Callable[..., leases.Lease]:
-            def acquire(authority: leases.LeaseAuthority, resource: str, holder: str, *,
-                        now: int, ttl: int) -> leases.Lease:
-                connection = authority._connection
-                assert connection is not None
-                connection.execute(begin)
-                connection.execute("SELECT * FROM leases").fetchall()  # a snapshot, kept
-                return leases.Lease(resource, holder, 1, now + ttl)
-            return acquire
+        def left_open(begin: str) -> list[tuple[str, str]]:
+            start = "        with self._use(write=True) as connection:\n            row = self._load("
+            return [
+                ("BUSY_TIMEOUT_SECONDS = 30.0", "BUSY_TIMEOUT_SECONDS = 0.2"),  # not waited out
+                ("        expires_at = _check_expiry(now, ttl)\n" + start,
+                 "        expires_at = _check_expiry(now, ttl)\n"
+                 "        assert self._connection is not None\n"
+                 f"        self._connection.execute({begin!r})\n"
+                 '        self._connection.execute("SELECT * FROM leases").fetchall()  # kept\n'
+                 "        return Lease(resource, holder, 1, expires_at)\n" + start)]
 
-        self.addCleanup(setattr, leases, "BUSY_TIMEOUT_SECONDS", leases.BUSY_TIMEOUT_SECONDS)
-        leases.BUSY_TIMEOUT_SECONDS = 0.2  # a broken check would wait this out at each step
+        arguments = ["--program", "acquire", "write", "--last-tick", "1", "--ttl", "1"]
         for begin in ("BEGIN", "BEGIN IMMEDIATE"):  # a read kept open; the write lock kept
-            with self.subTest(begin), \
-                    mock.patch.object(leases.LeaseAuthority, "acquire", left_open(begin)):
-                table = explore.explore(BOUNDS["takeover"])
+            with self.subTest(begin):
+                output = os.path.join(_folder(self), "table.json")
+                run = _explore_broken(self, left_open(begin), [*arguments, "--output", output])
+                self.assertEqual(run.returncode, 1, run.stderr)
+                with open(output, encoding="utf-8") as file:
+                    table = json.load(file)
                 self.assertEqual(table["failures"]["model"]["authority"][0]["outcome"],
                                  "raised RuntimeError: acquire left a transaction open")
-        with mock.patch.object(leases.LeaseAuthority, "acquire", left_open("BEGIN IMMEDIATE")), \
-                self.assertRaisesRegex(sqlite3.OperationalError, "locked"):
-            explore.explore(BOUNDS["takeover"], brute_force=True)
+        with self.subTest("played whole, the explorer's own connection finds the lock kept"):
+            run = _broken(self, left_open("BEGIN IMMEDIATE"), "-c", (
+                "import explore\n"
+                "explore.explore(explore.Bound(2, (explore.Action.ACQUIRE, explore.Action.WRITE),"
+                " last_tick=1, ttl=1), brute_force=True)\n"))
+            self.assertNotEqual(run.returncode, 0)
+            self.assertIn("sqlite3.OperationalError: database is locked", run.stderr)
 
     def test_the_asking_receiver_rolls_back_a_write_that_fails_and_stays_usable(self) -> None:
         path = os.path.join(_folder(self), "asking.sqlite3")
