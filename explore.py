@@ -202,15 +202,28 @@ def _library(clock: _Clock) -> types.ModuleType:
     and its globals are no other holder's, and it reads `clock`.  Its exceptions are leases'
     own, so that run_experiment.perform, which catches them by class, catches them."""
     spec = leases.__spec__
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
     library = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(library)
+    assert spec.origin is not None
+    exec(_compiled(spec.origin), vars(library))  # noqa: S102 - the library's code, as import runs it
     for name, value in list(vars(library).items()):
         if value is time:
             setattr(library, name, clock)
     for name in ("LeaseError", "LeaseHeld", "LeaseLost"):
         setattr(library, name, getattr(leases, name))
     return library
+
+
+# How many holders' objects tracing keeps, each with its connections open (four file
+# descriptors): one not kept is made again by replaying its calls.
+_KEPT = 64
+
+
+@functools.cache
+def _compiled(path: str) -> types.CodeType:
+    """The library's code, compiled once: each holder's copy runs it afresh."""
+    with open(path, encoding="utf-8") as file:
+        return compile(file.read(), path, "exec")
 
 
 class _Holder:
@@ -620,7 +633,7 @@ class _Bench:
             here = self.here
         if self.tracing:
             self.pool[h, (*trace, key)] = holder
-            while len(self.pool) > 64:  # the oldest kept objects, closed
+            while len(self.pool) > _KEPT:  # the oldest kept objects, closed
                 self.pool.pop(next(iter(self.pool))).close()
         else:
             self.pool[h, trace] = holder
