@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import enum
 import os
+import re
 import sqlite3
 import stat
 import threading
@@ -540,6 +541,9 @@ def _connect(path: str) -> tuple[sqlite3.Connection, tuple[int, int]]:
         if found.st_nlink > 1:
             raise LeaseError(f"cannot open database path {path!r}: the file has another name "
                              "(a hard link); open it by one name only")
+        if path in _mount_points():  # a file bind-mounted here: one inode, two names, two logs
+            raise LeaseError(f"cannot open database path {path!r}: a file is mounted there "
+                             "(a bind mount); open it by its own name")
         # mode=rw: SQLite must never create a file of its own, whatever happens meanwhile.
         connection = sqlite3.connect(
             _uri(path, "rw"),
@@ -551,6 +555,18 @@ def _connect(path: str) -> tuple[sqlite3.Connection, tuple[int, int]]:
         return connection, (found.st_dev, found.st_ino)
     except (OSError, sqlite3.Error) as exc:
         raise LeaseError(f"cannot open database path {path!r}: {_reason(exc)}") from exc
+
+
+def _mount_points(mountinfo: str = "/proc/self/mountinfo") -> set[str]:
+    """Every mount point of this process, from Linux's `mountinfo` (none elsewhere)."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return set()
+    # The fifth field; a space, tab, newline or backslash in it is written as an octal escape.
+    return {re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal[1], 8)), line.split()[4])
+            for line in lines if len(line.split()) > 4}
 
 
 def _check_tables(connection: _Bounded, path: str) -> None:

@@ -1047,6 +1047,26 @@ class DurabilityAndInputTests(unittest.TestCase):
             with self.subTest("the refusal says why", file=name), \
                     self.assertRaisesRegex(LeaseError, reason):
                 Receiver(os.path.join(self.folder, name))
+        with self.subTest("a file mounted over another name (a bind mount) is refused there"):
+            mountinfo = os.path.join(self.folder, "mountinfo")
+            with open(mountinfo, "w", encoding="utf-8") as file:
+                file.write("22 1 254:0 / / rw - ext4 /dev/vda rw\n"
+                           "42 27 254:0 /a/db /tmp/my\\040db rw - ext4 /dev/vda rw\n")
+            self.assertEqual(leases._mount_points(mountinfo), {"/", "/tmp/my db"})
+            self.assertEqual(leases._mount_points(os.path.join(self.folder, "none")), set())
+            mounted = os.path.join(self.folder, "mounted.sqlite3")
+            Receiver(os.path.join(self.folder, "source.sqlite3")).close()
+            with open(mounted, "w", encoding="utf-8"):
+                pass
+            bind = subprocess.run(["mount", "--bind", os.path.join(self.folder, "source.sqlite3"),
+                                   mounted], capture_output=True, check=False)
+            if bind.returncode != 0:  # not root, or no mount here: the same path, said mounted
+                self.addCleanup(setattr, leases, "_mount_points", leases._mount_points)
+                leases._mount_points = lambda mountinfo="": {mounted}
+            else:
+                self.addCleanup(subprocess.run, ["umount", mounted], check=True)
+            with self.assertRaisesRegex(LeaseError, r"mounted.sqlite3.*a bind mount"):
+                LeaseAuthority(mounted)
 
     def makes_a_new_database_whole_under_one_name(self) -> None:
         with self.subTest("a new database is read only once it has one name, its draft's gone"):
