@@ -1,7 +1,8 @@
 """Play every schedule of a small bound on the real code, and count what happened.
 
 A bound is H holders that all run one program of steps (acquire, renew, check, write,
-release), one ttl, and the ticks 0..T.  A schedule is an order of the holders' steps and the
+release), one ttl, the ticks 0..T, and one resource or two (A acquires the first, B the
+second, C the first, ...).  A schedule is an order of the holders' steps and the
 tick of each, refused steps included.  Each step is played through the scenario workers' own
 code (run_experiment.perform) on the real authority and on three receivers in its file: the
 model's fenced and unfenced receivers, and AskingReceiver, a contrast that is NOT the model's
@@ -29,7 +30,7 @@ The contract:
   on stderr every 2 s (states so far, and their rate) shows early a bound too large to finish.
 
     python3 explore.py [--holders N] [--program ACTION ...] [--last-tick T] [--ttl N]
-                       [--output PATH]
+                       [--resources N] [--output PATH]
 """
 
 import argparse
@@ -84,23 +85,30 @@ from run_experiment import (
     write,
 )
 
-__all__ = ["CHECKS", "EXIT_CODES", "PLACES", "RECEIVERS", "AskingReceiver", "Bound", "Move",
+__all__ = ["CHECKS", "EXIT_CODES", "PLACES", "RECEIVERS", "RESOURCES", "AskingReceiver", "Bound", "Move",
            "Record", "State",
            "explore", "main"]
 
 # Each step writes to all three; "asking" is AskingReceiver, the contrast, not the model's.
 RECEIVERS = ("fenced", "unfenced", "asking")
+RESOURCES = (RESOURCE, "annual-report")
 _FIELDS = ("outcome", "epoch", "expires_at", "value", "stored_epoch", "stored_value")
 
 
 @dataclass(frozen=True)
 class Bound:
-    """Holders A, B, ... that all run `program`, acquiring or renewing for `ttl` ticks."""
+    """Holders A, B, ... that all run `program`, acquiring or renewing for `ttl` ticks; with
+    two `resources`, holders take turns: A acquires the first, B the second, C the first."""
 
     holders: int = 2
     program: tuple[Action, ...] = (Action.ACQUIRE, Action.RENEW, Action.WRITE, Action.RELEASE)
     last_tick: int = 5
     ttl: int = 2
+    resources: int = 1
+
+    def resource(self, h: int) -> int:
+        """The index in RESOURCES of the resource holder h acquires."""
+        return h % self.resources
 
     @functools.cache  # noqa: B019 - a few bounds, a few steps each
     def step(self, h: int, position: int, tick: int) -> Step:
@@ -304,12 +312,14 @@ def _own(names: Any) -> dict[str, Any]:
 # --- one step, and what it tells: shared by the search and the brute force ---
 
 
-def _played(step: Step, lease: Lease | None, objects: Sequence[Any]) -> tuple[Any, list[Any]]:
-    """Play `step` for a holder with `lease` through the workers' own code: the lease it keeps,
-    and the event at each receiver (one event three times, unless it writes)."""
+def _played(step: Step, lease: Lease | None, objects: Sequence[Any],
+            resource: str) -> tuple[Any, list[Any]]:
+    """Play `step` for a holder with `lease`, acquiring `resource`, through the workers' own
+    code: the lease it keeps, and the event at each receiver (one event three times, unless it
+    writes)."""
     authority, fenced, unfenced, asking = objects
     try:
-        kept, event = perform(step, lease, authority, fenced)
+        kept, event = perform(step, lease, authority, fenced, resource)
     except Exception as exc:  # noqa: BLE001 - a broken library: an answer no model gives
         return lease, [_raised(step, exc)] * 3
     if step.action is not Action.WRITE or lease is None:
@@ -317,7 +327,7 @@ def _played(step: Step, lease: Lease | None, objects: Sequence[Any]) -> tuple[An
     held, value = lease, step.value
 
     def ask() -> Event:
-        outcome, *stored = asking.write(RESOURCE, held.epoch, value, now=step.tick)
+        outcome, *stored = asking.write(held.resource, held.epoch, value, now=step.tick)
         return Event(step.actor, step.action, step.tick, outcome, held.epoch, None, value,
                      *stored)
 
@@ -362,6 +372,7 @@ class Move(NamedTuple):
     events: list[Event]  # the answer at each of RECEIVERS (one answer three times,
     # unless it writes)
     kept: Lease | None  # the lease the holder keeps
+    resource: str  # the resource the holder acquires; `before` and `after` are its record
 
 
 # Where a check can fail: at the authority (its answers, the same at every receiver), or at
@@ -405,7 +416,7 @@ def stored_pair(move: Move) -> tuple[str, ...]:
 
 def model(move: Move) -> tuple[str, ...]:
     """An answer, or the lease the holder keeps, is not what the rules say from the record."""
-    answers, kept = _model(move.before, move.step, move.held)
+    answers, kept = _model(move.before, move.step, move.held, move.resource)
     wrong = tuple(receiver for receiver, answer, event in zip(RECEIVERS, answers, move.events)
                   if answer != tuple(getattr(event, field) for field in _FIELDS))
     if kept != _fields(move.kept) or (wrong and not _writes(move)):
@@ -461,19 +472,20 @@ def _recorded(record: Record, h: int, step: Step, held: Lease | None,
 
 
 def _judged(record: Record, h: int, step: Step, held: Lease | None,
-            events: list[Event], kept: Lease | None) -> tuple[int, Record]:
+            events: list[Event], kept: Lease | None, resource: str) -> tuple[int, Record]:
     """The flags a step raises (its classes at each receiver, then the checks it fails), and
-    the record after it."""
+    the record of `resource` after it."""
     after = _recorded(record, h, step, held, events)
-    move = Move(record, after, h, step, held, events, kept)
+    move = Move(record, after, h, step, held, events, kept, resource)
     failed = [check(move) for check in CHECKS.values()]
     raised = [*_classes(move), *(place in where for where in failed for place in PLACES)]
     return sum(1 << bit for bit, hit in enumerate(raised) if hit), after
 
 
-def _model(record: Record, step: Step, held: Lease | None) -> tuple[list[Any], Any]:
+def _model(record: Record, step: Step, held: Lease | None,
+           resource: str) -> tuple[list[Any], Any]:
     """What the rules say `step` answers at each receiver, and the lease its holder keeps:
-    from the record alone."""
+    from the record of `resource` alone."""
     row: Any = record.lease  # (holder, epoch, expiry), or None
     stored, action, tick = record.stored, step.action, step.tick
     live = row is not None and row[0] is not None and is_live(row[2], now=tick)
@@ -485,7 +497,7 @@ def _model(record: Record, step: Step, held: Lease | None) -> tuple[list[Any], A
         assert step.ttl is not None  # Step checked it
         epoch = held.epoch if held and action is Action.RENEW else row[1] + 1 if row else 1
         answer = "renewed" if action is Action.RENEW else "granted"
-        return [(answer, epoch, tick + step.ttl, *none)] * 3, (RESOURCE, step.actor, epoch,
+        return [(answer, epoch, tick + step.ttl, *none)] * 3, (resource, step.actor, epoch,
                                                               tick + step.ttl)
     if held is None:
         return [("no lease", None, None, *none)] * 3, None
@@ -816,7 +828,8 @@ class State(NamedTuple):
     tick: int  # the tick of the last step
     positions: tuple[int, ...]  # how many steps of the program each holder has taken
     beliefs: tuple[Any, ...]  # the lease each holder holds, as its fields, or None
-    record: Record  # what the authority and the receivers have answered so far
+    records: tuple[Record, ...]  # of each resource: what the authority and the receivers
+    # have answered about it so far
     memory: tuple[Any, ...]  # each holder's calls so far, from which what its objects remember
     # follows; all () while the library remembers nothing outside the file
 
@@ -839,7 +852,7 @@ def _searched(bound: Bound, folder: str, progress: _Progress, *, tracing: bool) 
     steps = bound.holders * len(bound.program)
     try:
         start = State(bench.here, 0, (0,) * bound.holders, (None,) * bound.holders,
-                      Record.empty(bound.holders), ((),) * bound.holders)
+                      (Record.empty(bound.holders),) * bound.resources, ((),) * bound.holders)
         layer: dict[State, list[Any]] = {start: [((), ()), {0: 1}]}
         smallest: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         states, transitions = 1, 0
@@ -850,24 +863,26 @@ def _searched(bound: Bound, folder: str, progress: _Progress, *, tracing: bool) 
             # once.
             known: dict[Any, tuple[Any, int, Record, int, Any]] = {}
             for done, (state, ((ticks, holders), counts)) in enumerate(layer.items()):
-                content, tick, positions, beliefs, record, memory = state
+                content, tick, positions, beliefs, records, memory = state
                 for h, later in _next(bound, tick, positions):
                     stop_if_asked()
-                    move = (content, h, positions[h], later, beliefs[h], record, memory[h])
+                    r = bound.resource(h)
+                    move = (content, h, positions[h], later, beliefs[h], records[r], memory[h])
                     if move not in known:
                         bench.at, bench.trace[h] = content, memory[h]
                         step = bound.step(h, positions[h], later)
                         held = None if beliefs[h] is None else Lease(*beliefs[h])
-                        kept, events = _played(step, held, bench.stand_ins[h])
-                        known[move] = (_fields(kept),
-                                       *_judged(record, h, step, held, events, kept), bench.at,
-                                       bench.trace[h])
+                        kept, events = _played(step, held, bench.stand_ins[h], RESOURCES[r])
+                        known[move] = (_fields(kept), *_judged(records[r], h, step, held, events,
+                                                               kept, RESOURCES[r]),
+                                       bench.at, bench.trace[h])
                     kept, raised, after, at, trace = known[move]
                     reach, transitions = ((*ticks, later), (*holders, h)), transitions + 1
                     for bit in _bits(raised):
                         smallest[bit] = min(smallest.get(bit, reach), reach)
                     goes = State(at, later, _put(positions, h, positions[h] + 1),
-                                 _put(beliefs, h, kept), after, _put(memory, h, trace))
+                                 _put(beliefs, h, kept), _put(records, r, after),
+                                 _put(memory, h, trace))
                     target = following.get(goes)
                     if target is None:
                         target = following[goes] = [reach, {}]
@@ -926,13 +941,14 @@ def _walk(bound: Bound, objects: Sequence[Sequence[Any]], ticks: tuple[int, ...]
           holders: tuple[int, ...]) -> Iterator[tuple[int, list[Any]]]:
     """Play one schedule from its start, each holder on its `objects`: the flags and the events
     of each step."""
-    positions, beliefs, record = [0] * bound.holders, [None] * bound.holders, Record.empty(
-        bound.holders)
+    positions, beliefs = [0] * bound.holders, [None] * bound.holders
+    records = [Record.empty(bound.holders)] * bound.resources
     for tick, h in zip(ticks, holders):
         stop_if_asked()
-        step, held = bound.step(h, positions[h], tick), beliefs[h]
-        beliefs[h], events = _played(step, held, objects[h])
-        raised, record = _judged(record, h, step, held, events, beliefs[h])
+        step, held, r = bound.step(h, positions[h], tick), beliefs[h], bound.resource(h)
+        beliefs[h], events = _played(step, held, objects[h], RESOURCES[r])
+        raised, records[r] = _judged(records[r], h, step, held, events, beliefs[h],
+                                     RESOURCES[r])
         positions[h] += 1
         yield raised, events
 
@@ -1040,7 +1056,7 @@ def _table(bound: Bound, ends: Counter[int], states: int, played: int, calls: in
                                for place, (reach, runs) in found.items() if reach == first}
     return {
         "bound": {"holders": bound.holders, "program": [a.value for a in bound.program],
-                  "last_tick": ticks, "ttl": bound.ttl},
+                  "last_tick": ticks, "ttl": bound.ttl, "resources": bound.resources},
         "schedules": schedules,
         "formula": formula,
         "states": states,
@@ -1083,7 +1099,8 @@ to stdout; --output also writes the table as JSON."""
 _EXAMPLES = """\
   python3 explore.py --program acquire write
   python3 explore.py --program acquire check write   # a check leaves the gap
-  python3 explore.py --holders 3 --last-tick 4"""
+  python3 explore.py --holders 3 --last-tick 4
+  python3 explore.py --resources 2 --last-tick 2 --ttl 1   # A and B apart"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1099,6 +1116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"ticks 0 to T (0 to 99, default: {Bound.last_tick})")
     parser.add_argument("--ttl", type=int, choices=range(1, 100), metavar="N",
                         help=f"ticks a lease lasts (1 to 99, default: {Bound.ttl})")
+    parser.add_argument("--resources", type=int, choices=range(1, 3), metavar="N",
+                        help="resources, 1 or 2; with 2, A acquires the first, B the second, C "
+                        f"the first, ... (default: {Bound.resources})")
     parser.add_argument("--output", metavar="PATH", help="also write the table as JSON to this "
                         "file, replacing it whole, or creating it")
     return command("explore.py", lambda: _main(parser.parse_args(argv)))
@@ -1106,6 +1126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     given = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
+             "resources": args.resources,
              "program": args.program and tuple(map(Action, args.program))}
     bound = Bound(**{name: value for name, value in given.items() if value is not None})
     target = None if args.output is None else output_target(args.output)
@@ -1135,7 +1156,8 @@ def _explored(table: dict[str, Any], seconds: float) -> tuple[int, str]:
     lines = [
         (f"every schedule of {bound['holders']} holder{'s' * (bound['holders'] != 1)}, each: "
          f"{' '.join(bound['program'])}; "
-         f"ticks 0 to {bound['last_tick']}, ttl {bound['ttl']}"),
+         f"ticks 0 to {bound['last_tick']}, ttl {bound['ttl']}"
+         f"{', 2 resources' * (bound['resources'] == 2)}"),
         f"  {table['schedules']:,} schedules = {table['formula']}",
         (f"  {table['states']:,} states, {table['transitions']:,} transitions, "
          f"{table['calls_played']:,} calls played on the real code, {seconds:.1f} s"),

@@ -232,10 +232,12 @@ class Event:
 
 
 def perform(
-    step: Step, lease: Lease | None, authority: LeaseAuthority, receiver: Receiver
+    step: Step, lease: Lease | None, authority: LeaseAuthority, receiver: Receiver,
+    resource: str = RESOURCE,
 ) -> tuple[Lease | None, Event]:
     """Perform `step` for an actor holding `lease`; its lease afterwards, and the event.
-    The workers perform every step through this, and so does explore.py.
+    The workers perform every step through this, and so does explore.py.  An acquisition is
+    of `resource`; every other step acts on the resource of the lease it holds.
 
     An actor knows only what it was told: a refused acquisition leaves its lease as it was, a
     lost renewal, a failed check or a release leaves it none, and a write goes out with
@@ -244,7 +246,7 @@ def perform(
     if step.action is Action.ACQUIRE:
         assert step.ttl is not None  # Step checked it
         try:
-            lease = authority.acquire(RESOURCE, step.actor, now=step.tick, ttl=step.ttl)
+            lease = authority.acquire(resource, step.actor, now=step.tick, ttl=step.ttl)
         except LeaseHeld as held:
             return lease, Event.of(step, Answer.HELD, held.lease.epoch, held.lease.expires_at)
         return lease, Event.of(step, Answer.GRANTED, lease.epoch, lease.expires_at)
@@ -253,7 +255,7 @@ def perform(
     if step.action is Action.WRITE:
         return lease, write(step, lease, receiver)
     if step.action is Action.CHECK:  # a transaction of its own: a takeover may follow at once
-        current = authority.current(RESOURCE, now=step.tick)
+        current = authority.current(lease.resource, now=step.tick)
         if current is None or (current.epoch, current.holder) != (lease.epoch, lease.holder):
             return None, Event.of(step, Answer.LOST, lease.epoch)
         return lease, Event.of(step, Answer.LIVE, lease.epoch, current.expires_at)
@@ -270,9 +272,10 @@ def perform(
 
 def write(step: Step, lease: Lease, receiver: Any) -> Event:
     """Send the value of a write `step` to `receiver` (a Receiver, or any object whose
-    `write(resource, epoch, value)` answers as one does), with the epoch of `lease`."""
+    `write(resource, epoch, value)` answers as one does), with the resource and epoch of
+    `lease`."""
     assert step.value is not None  # Step checked it
-    result = receiver.write(RESOURCE, lease.epoch, step.value)
+    result = receiver.write(lease.resource, lease.epoch, step.value)
     return Event(step.actor, step.action, step.tick, result.outcome, result.epoch, None,
                  result.value, result.stored_epoch, result.stored_value)
 

@@ -42,6 +42,7 @@ BOUNDS = {
                                     RELEASE), last_tick=2, ttl=2),
     # README's bound in which three decisions reach a receiver: each holder writes twice.
     "three decisions": explore.Bound(2, (ACQUIRE, WRITE, WRITE), last_tick=1, ttl=1),
+    "two resources": explore.Bound(2, (ACQUIRE, RENEW, WRITE), last_tick=1, ttl=1, resources=2),
 }
 
 
@@ -178,9 +179,18 @@ class CountingTests(unittest.TestCase):
                          34)
 
     def test_a_bound_in_which_no_lease_can_expire_says_so_and_has_no_takeover(self) -> None:
-        self.assertEqual([table["leases_can_expire"] for table in _tables().values()],
-                         [True, False, True, True, True, True])
+        self.assertEqual([name for name, table in _tables().items()
+                          if not table["leases_can_expire"]], ["two writes, no expiry"])
         self.assertEqual(_classes("two writes, no expiry")["unfenced"]["clean"], 140)
+
+    def test_holders_of_two_resources_never_supersede_each_other(
+        self,
+    ) -> None:
+        table = _tables()["two resources"]
+        for receiver, counts in table["classes"].items():
+            for name in ("lost update", "stale refused", "superseded applied", "gap"):
+                self.assertEqual(counts[name], 0, (receiver, name))
+        self.assertEqual(table["bound"]["resources"], 2)
 
     def test_progress_is_said_every_2_s_with_how_far_the_search_is(self) -> None:
         now = [0.0]
@@ -325,6 +335,34 @@ HIDDEN = [
      ["A acquire granted", "A renew renewed", "A write applied", "A release released",
       "B acquire granted"], ["authority"]),
 ]
+# README's bound with a second resource: A acquires the first, B the second.
+TWO_RESOURCES = ["--resources", "2", "--last-tick", "2", "--ttl", "1"]
+# Each breakage that mixes up resources: (its name, the edits, the first check it fails, that
+# check's first failing schedule, and where it failed).
+CROSS = [
+    ("epochs counted across resources", [(
+        ("            lease = Lease(resource, holder, 1 if row is None else row.epoch + 1,"
+         " expires_at)\n"),
+        ('            (top,) = connection.execute("SELECT coalesce(max(epoch), 0) FROM leases")'
+         ".fetchone()\n"
+         "            lease = Lease(resource, holder, top + 1, expires_at)\n"))],
+     "model", ["A acquire granted", "B acquire granted"], ["authority"]),
+    ("a receiver's latest decision of any resource", [
+        ('" WHERE fenced = ? AND resource = ? ORDER BY seq DESC LIMIT 1"',
+         '" WHERE fenced = ? AND ? != \'\' ORDER BY seq DESC LIMIT 1"')],
+     "stored pair", ["A acquire granted", "A renew renewed", "A write applied",
+                     "B acquire granted", "B renew renewed", "B write conflict"], ["fenced"]),
+    ("a release clears every resource's holder", [
+        ('"UPDATE leases SET holder = NULL WHERE resource = ?"',
+         '"UPDATE leases SET holder = NULL WHERE ? != \'\'"')],
+     "model", ["A acquire granted", "A renew renewed", "A write applied", "B acquire granted",
+               "A release released", "B renew lost"], ["authority"]),
+    ("a renewal sets every resource's expiry", [
+        ('"UPDATE leases SET expires_at = ? WHERE resource = ?"',
+         '"UPDATE leases SET expires_at = ? WHERE ? != \'\'"')],
+     "model", ["A acquire granted", "A renew renewed", "B acquire granted", "B renew renewed",
+               "A write applied"], ["asking"]),  # its expiry moved: not live there
+]
 # A correct cache: it keeps what it stored, and uses it only once the log says nothing came
 # after it.
 VALIDATED = [
@@ -415,6 +453,16 @@ class CheckTests(unittest.TestCase):
         with concurrent.futures.ThreadPoolExecutor(2) as pool:  # a process each, two cores
             runs = list(pool.map(lambda hidden: _explore_broken(self, *hidden[1:3]), HIDDEN))
         for (name, _, _, check, steps, places), run in zip(HIDDEN, runs):
+            with self.subTest(name):
+                self._fails(run, check, steps, places)
+
+    def test_a_breakage_across_resources_fails_a_check_at_readmes_two_resource_bound(
+        self,
+    ) -> None:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            runs = list(pool.map(lambda cross: _explore_broken(self, cross[1], TWO_RESOURCES),
+                                 CROSS))
+        for (name, _, check, steps, places), run in zip(CROSS, runs):
             with self.subTest(name):
                 self._fails(run, check, steps, places)
 
