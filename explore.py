@@ -42,9 +42,13 @@ import gc
 import importlib.util
 import math
 import os
+import queue
+import re
+import shutil
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 import types
 from collections import Counter
@@ -205,7 +209,7 @@ class _Clock:
         return lambda: self._read() / 1e9
 
 
-def _library(clock: _Clock) -> types.ModuleType:
+def _library(clock: _Clock, sqlite: Any = sqlite3) -> types.ModuleType:
     """A copy of leases of one holder's own, as a process of its own imports it: its classes
     and its globals are no other holder's, and it reads `clock`.  Its exceptions are leases'
     own, so that run_experiment.perform, which catches them by class, catches them."""
@@ -214,11 +218,18 @@ def _library(clock: _Clock) -> types.ModuleType:
     library = importlib.util.module_from_spec(spec)
     assert spec.origin is not None
     exec(_compiled(spec.origin), vars(library))  # noqa: S102 - the library's code, as import runs it
-    for name, value in list(vars(library).items()):
-        if value is time:
-            setattr(library, name, clock)
     for name in ("LeaseError", "LeaseHeld", "LeaseLost"):
         setattr(library, name, getattr(leases, name))
+    return _rebound(library, clock, sqlite)
+
+
+def _rebound(library: types.ModuleType, clock: _Clock, sqlite: Any) -> types.ModuleType:
+    """`library`, reading `clock` for time and using `sqlite` for sqlite3."""
+    for name, value in list(vars(library).items()):
+        if value is time or isinstance(value, _Clock):
+            setattr(library, name, clock)
+        elif value is sqlite3 or isinstance(value, _Gated):
+            setattr(library, name, sqlite)
     return library
 
 
@@ -241,25 +252,27 @@ class _Holder:
         self.path, self.clock = path, _Clock()
         self.library = _library(self.clock)
         self.objects = _opened(path, self.library)
-        self.memory, self.connections = _memory(self)
+        self.memory, self.connections = _memory(self.library, self.objects)
 
     def reopen(self) -> None:
         """New objects: closing rolls back whatever a call left open."""
         self.close()
         self.objects = _opened(self.path, self.library)
-        self.memory, self.connections = _memory(self)
+        self.memory, self.connections = _memory(self.library, self.objects)
 
     def close(self) -> None:
         for store in self.objects:
             store.close()
 
 
-def _memory(holder: _Holder) -> tuple[Any, list[sqlite3.Connection]]:
+def _memory(library: types.ModuleType,
+            objects: Sequence[Any]) -> tuple[Any, list[sqlite3.Connection]]:
     """What a holder's library can remember outside the file, as a value to compare (its
-    objects, its classes and its module's globals, walked deeply), and every connection met."""
+    `objects`, its classes and its module's globals, walked deeply), and every connection
+    met."""
     connections: list[sqlite3.Connection] = []
     seen: dict[int, Any] = {}  # kept, so that no id is another object's during the walk
-    module = holder.library.__name__
+    module = library.__name__
 
     def walked(value: Any) -> Any:
         if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
@@ -267,7 +280,7 @@ def _memory(holder: _Holder) -> tuple[Any, list[sqlite3.Connection]]:
         if isinstance(value, sqlite3.Connection):
             connections.append(value)
             return "a connection"
-        if isinstance(value, (types.ModuleType, _Clock)):
+        if isinstance(value, (types.ModuleType, _Clock, _Gated)):  # _Gated: sqlite3, gated
             return ("module", getattr(value, "__name__", "time"))
         if id(value) in seen:
             return ("again", type(value).__qualname__)
@@ -280,6 +293,8 @@ def _memory(holder: _Holder) -> tuple[Any, list[sqlite3.Connection]]:
             return ("dict", *((walked(key), walked(item)) for key, item in value.items()))
         if isinstance(value, (staticmethod, classmethod)):
             return walked(value.__func__)
+        if isinstance(value, property):
+            return ("property", walked(value.fget), walked(value.fset), walked(value.fdel))
         if isinstance(value, enum.Enum):  # a member: its class is walked, its name is all
             return repr(value)
         if isinstance(value, types.FunctionType):
@@ -300,8 +315,9 @@ def _memory(holder: _Holder) -> tuple[Any, list[sqlite3.Connection]]:
             return (type(value).__qualname__, walked(vars(value)))
         return repr(value)
 
-    found = walked((_own(vars(holder.library)), holder.objects[:3]))
-    connections.append(holder.objects[3]._connection)
+    ours = [store for store in objects if isinstance(store, AskingReceiver)]
+    found = walked((_own(vars(library)), [store for store in objects if store not in ours]))
+    connections.extend(store._connection for store in ours)
     return found, connections
 
 
@@ -634,7 +650,7 @@ class _Bench:
         if memory != holder.memory:
             if not self.tracing:
                 raise _Remembers
-            holder.memory, holder.connections = memory, _memory(holder)[1]
+            holder.memory, holder.connections = memory, _memory(holder.library, holder.objects)[1]
         elif here is not None:  # the same call, under a later clock
             again = self._once(holder, at, role, name, args, kwargs, later=_LATER)
             if (_said(result, error), here) != (_said(*again[:2]), again[2]):
@@ -664,7 +680,7 @@ class _Bench:
             result = self._call(holder, role, name, args, kwargs, later)
         except Exception as exc:  # noqa: BLE001 - answered again as it was raised
             error = exc
-        memory, connections = (holder.memory, holder.connections) if later else _memory(holder)
+        memory, connections = (holder.memory, holder.connections) if later else _memory(holder.library, holder.objects)
         kept = _kept(connections)
         content = None
         try:
@@ -1018,6 +1034,414 @@ def _schedules(bound: Bound) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]
         pending.extend(((*ticks, later), (*holders, h), later,
                         _put(positions, h, positions[h] + 1))
                        for h, later in _next(bound, tick, positions))
+
+
+# --- statements: every interleaving of the holders' SQL statements, and a crash at each ---
+
+# Seconds a handoff may take before the holder is given up as hung: a bound, not a duration.
+_HANDOFF_SECONDS = 60.0
+
+
+# A statement that takes SQLite's write lock, if it was not held.
+_WRITES = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|"
+                     r"ALTER)\b", re.IGNORECASE)
+
+
+class _Died(BaseException):  # not an error: the holder's process is gone
+    """A holder died just before a statement: it runs none after, no COMMIT, no ROLLBACK."""
+
+
+def _text(outcome: str) -> str:
+    return str(getattr(outcome, "value", outcome))
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+; before, only the message
+    return "database is locked" in str(exc) if code is None else code & 0xFF == 5
+
+
+class _Gated:
+    """sqlite3 as one holder's library sees it in the statement mode: each connection waits
+    for no lock (SQLite's busy timeout 0) and stops before each statement it is given."""
+
+    def __init__(self, worker: "_Worker") -> None:
+        class Connection(sqlite3.Connection):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **{**kwargs, "timeout": 0})
+                worker.connections.append(self)
+
+            def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+                worker.before(sql)
+                began = self.in_transaction
+                try:
+                    cursor = super().execute(sql, parameters)
+                except sqlite3.OperationalError as exc:
+                    worker.busy = _is_busy(exc)
+                    worker.released |= began and not self.in_transaction  # rolled back
+                    raise
+                # A lock given back: a transaction ended, or a statement that was one.
+                worker.released |= not self.in_transaction
+                # The write lock taken: by BEGIN IMMEDIATE or EXCLUSIVE, or by a write.
+                worker.writing = self.in_transaction and (worker.writing or _WRITES.match(sql)
+                                                          is not None)
+                worker.committed |= began and not self.in_transaction and sql.strip().upper() in (
+                    "COMMIT", "END")
+                return cursor
+
+        self._connection = Connection
+
+    __name__ = "sqlite3"
+
+    def connect(self, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        return sqlite3.connect(*args, **kwargs, factory=self._connection)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sqlite3, name)
+
+
+class _Libraries:
+    """Copies of the library for the statement mode's holders, each as a new process imports
+    it: made anew, or given back by a run that left its memory (walked as the step mode walks
+    it) as it was made.  Making a copy costs more than the rest of a run."""
+
+    def __init__(self) -> None:
+        self.free: list[types.ModuleType] = []
+        self.made = _memory(_library(_Clock()), [])[0]
+
+    def take(self, sqlite: "_Gated") -> types.ModuleType:
+        if self.free:
+            return _rebound(self.free.pop(), _Clock(), sqlite)
+        return _library(_Clock(), sqlite)
+
+    def give_back(self, library: types.ModuleType) -> None:
+        if _memory(library, [])[0] == self.made:
+            self.free.append(library)
+
+
+class _Worker:
+    """One holder in one interleaving: a thread of its own, playing its steps through a copy of
+    the library of its own on its own connections, stopped before each SQL statement until the
+    scheduler lets it go on.  It dies there if told to, and comes back as a new process: a new
+    copy of the library, new connections."""
+
+    def __init__(self, path: str, told: "queue.SimpleQueue[tuple[Any, ...]]", h: int,
+                 resource: str, libraries: _Libraries) -> None:
+        self.path, self.told, self.h, self.resource = path, told, h, resource
+        self.libraries = libraries
+        self.library: types.ModuleType | None = None
+        self.go: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.connections: list[sqlite3.Connection] = []
+        self.objects: list[Any] = []
+        self.gated = self.dead = self.busy = self.committed = self.released = False
+        self.writing = False  # it holds SQLite's write lock
+        self.thread = threading.Thread(target=self._main, name=f"holder {'ABCDEFGH'[h]}",
+                                       daemon=True)
+        self.thread.start()
+
+    def before(self, sql: str) -> None:
+        """Stop before `sql` until told to go on, or to die."""
+        if self.dead:
+            raise _Died
+        if not self.gated:
+            return
+        self.told.put(("paused", self.h, (sql, self.busy, self.writing, self.released)))
+        self.busy = self.released = False
+        if self.go.get() == "die":
+            self.dead = True
+            raise _Died
+
+    def _open(self) -> None:
+        self.library = library = self.libraries.take(_Gated(self))
+        self.connections, self.dead, self.writing = [], False, False
+        self.objects = [library.LeaseAuthority(self.path), library.Receiver(self.path)]
+
+    def _close(self) -> None:
+        """Close every connection as it is: SQLite rolls back what was not committed, as it
+        does for a process that died."""
+        for connection in self.connections:
+            connection.close()
+        if self.library is not None:
+            self.libraries.give_back(self.library)
+            self.library = None
+
+    def _main(self) -> None:
+        try:
+            self._open()
+            self.told.put(("idle", self.h, None))
+            while (order := self.go.get()) is not None:
+                step, held = order
+                self.gated, self.committed = True, False
+                try:
+                    authority, receiver = self.objects
+                    kept, event = perform(step, held, authority, receiver, self.resource)
+                except _Died:  # a new process: it opens the file as the library does
+                    self.gated = False
+                    self._close()
+                    self._open()
+                    kept, event = held, None
+                except Exception as exc:  # noqa: BLE001 - a broken library: an answer
+                    kept, event = held, _raised(step, exc)
+                self.gated = False
+                self.told.put(("ended", self.h, (kept, event, self.committed, self.released)))
+                self.released = False
+        except BaseException as exc:  # noqa: BLE001 - the explorer's own failure, reported
+            self.told.put(("broken", self.h, exc))
+        finally:
+            self._close()
+
+
+class _Call(NamedTuple):
+    """One call of one holder in an interleaving: what it was, what it answered, and when."""
+
+    h: int
+    step: Step
+    held: Lease | None  # the lease it was made with
+    event: Event | None  # its answer; None if its holder died in it and heard none
+    kept: Lease | None  # the lease its holder kept
+    committed: bool  # a COMMIT of it returned: it must have taken effect
+    start: int  # the number of the choice that began it
+    end: int  # the number of the choice after which it ended
+
+
+class _Run:
+    """One interleaving being played: a worker per holder, and the scheduler's view of them.
+
+    A choice is ("start", h, tick): holder h begins its next step at `tick`; ("run", h): it
+    runs the statement it stopped before, up to the next; ("die", h): it dies there.  A holder
+    that SQLite's lock refused is not enabled again until another has moved.
+    """
+
+    def __init__(self, bound: Bound, path: str, crashes: bool, libraries: _Libraries) -> None:
+        self.bound, self.crashes = bound, crashes
+        self.told: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.workers: list[_Worker] = []
+        self.status = ["opening"] * bound.holders
+        self.sql: list[str | None] = [None] * bound.holders
+        self.blocked = [False] * bound.holders
+        self.writing = [False] * bound.holders  # holds the write lock
+        self.positions, self.held = [0] * bound.holders, [None] * bound.holders
+        self.begun: list[tuple[Step, int] | None] = [None] * bound.holders
+        self.tick, self.taken, self.died = 0, 0, False
+        self.calls: list[_Call] = []
+        self.said: list[str] = []  # each choice, as a witness shows it
+        for h in range(bound.holders):  # one at a time: SQLite's first opener sets the file up
+            self.workers.append(_Worker(path, self.told, h, RESOURCES[bound.resource(h)],
+                                        libraries))
+            self._heard(h)
+
+    def enabled(self) -> list[tuple[Any, ...]]:
+        bound, choices = self.bound, list[tuple[Any, ...]]()
+        for h, writing in enumerate(self.writing):
+            if writing and self.status[h] == "paused" and not self.blocked[h]:
+                # What it does until COMMIT no other holder can see or change: in WAL mode
+                # they read only what is committed, and cannot write.  It runs on, or dies.
+                return [("run", h), *[("die", h)] * (self.crashes and not self.died)]
+        for h, status in enumerate(self.status):
+            if status == "paused":
+                if not self.blocked[h]:
+                    choices.append(("run", h))
+                if self.crashes and not self.died:
+                    choices.append(("die", h))
+            elif status == "idle" and self.positions[h] < len(bound.program):
+                choices.extend(("start", h, tick)
+                               for tick in range(self.tick, bound.last_tick + 1))
+        return choices
+
+    def take(self, choice: tuple[Any, ...]) -> None:
+        kind, h, *rest = choice
+        actor, worker = "ABCDEFGH"[h], self.workers[h]
+        self.taken += 1
+        if kind == "start":
+            (self.tick,) = rest
+            step = self.bound.step(h, self.positions[h], self.tick)
+            self.begun[h] = step, self.taken
+            self.said.append(f"{actor} {step.action.value} at tick {self.tick}:")
+            worker.go.put((step, self.held[h]))
+        elif kind == "run":
+            self.said.append(f"  {actor} {self.sql[h]}")
+            worker.go.put("go")
+        else:  # its locks go with it
+            self.blocked = [False] * self.bound.holders
+            self.died = True
+            self.said.append(f"  {actor} dies before {self.sql[h]}")
+            worker.go.put("die")
+        self._heard(h)
+
+    def _heard(self, h: int) -> None:
+        try:
+            kind, _, what = self.told.get(timeout=_HANDOFF_SECONDS)
+        except queue.Empty:
+            raise RuntimeError(f"explore.py --statements: holder {'ABCDEFGH'[h]} hung after "
+                               f"{self.said[-1:] or 'opening'}") from None
+        if kind == "broken":
+            raise what
+        if what is not None and what[-1]:  # it gave a lock back: each blocked holder may try
+            self.blocked = [False] * self.bound.holders
+        if kind == "paused":
+            self.status[h], (self.sql[h], self.blocked[h], self.writing[h], _) = "paused", what
+            return
+        self.status[h] = "idle"
+        if kind == "ended":
+            kept, event, committed, _ = what
+            begun = self.begun[h]
+            assert begun is not None
+            step, start = begun
+            self.calls.append(_Call(h, step, self.held[h], event, kept, committed, start,
+                                    self.taken))
+            if event is not None:  # a holder that died takes the same step again, as new
+                self.positions[h] += 1
+                self.held[h] = kept
+                self.said.append(f"  {'ABCDEFGH'[h]} {_text(event.outcome)}")
+
+    def close(self) -> None:
+        for h, worker in enumerate(self.workers):
+            if self.status[h] == "paused":
+                worker.go.put("die")
+                with contextlib.suppress(RuntimeError):
+                    self._heard(h)
+            worker.go.put(None)
+        for worker in self.workers:
+            worker.thread.join(_HANDOFF_SECONDS)
+
+
+def _linearized(bound: Bound, calls: list[_Call]) -> list[tuple[_Call, Event]] | None:
+    """An order of `calls`, one at a time, that gives each answer they gave, with the answer
+    of each: a call comes after every call that ended before it began; a call whose holder
+    died in it is in the order if it committed, and may be if not (its effect is unknown).
+    None if there is no such order."""
+    records = (Record.empty(bound.holders),) * bound.resources
+
+    def order(placed: frozenset[int], records: tuple[Record, ...]
+              ) -> list[tuple[_Call, Event]] | None:
+        waiting = [i for i in range(len(calls)) if i not in placed]
+        if all(calls[i].event is None and not calls[i].committed for i in waiting):
+            return []
+        for i in waiting:
+            call = calls[i]
+            if any(calls[j].end < call.start for j in waiting if j != i):
+                continue
+            r = bound.resource(call.h)
+            answers, kept = _model(records[r], call.step, call.held, RESOURCES[r])
+            event = call.event or Event(call.step.actor, call.step.action, call.step.tick,
+                                        *answers[0])
+            if call.event is not None and (
+                    tuple(getattr(event, field) for field in _FIELDS) != answers[0]
+                    or _fields(call.kept) != kept):
+                continue
+            after = _recorded(records[r], call.h, call.step, call.held, [event] * 3)
+            rest = order(placed | {i}, _put(records, r, after))
+            if rest is not None:
+                return [(call, event), *rest]
+        uncommitted = [i for i in waiting if calls[i].event is None and not calls[i].committed]
+        for i in uncommitted:  # its effect never happened
+            rest = order(placed | {i}, records)
+            if rest is not None:
+                return rest
+        return None
+
+    return order(frozenset(), records)
+
+
+# Each check of the statement mode: today's at the authority and the fenced receiver, along
+# the one-at-a-time order found, and the one it adds.
+STATEMENT_CHECKS = (*CHECKS, "linearizable", "retry")
+
+
+def _statements(bound: Bound, folder: str, progress: _Progress, *,
+                crashes: bool = True) -> dict[str, Any]:
+    """Play every interleaving of `bound` at each SQL statement, and each with one crash at
+    each statement: each from a new file, by new workers, choosing in turn every choice the
+    last one left open."""
+    template = os.path.join(folder, "template.sqlite3")
+    for store in _opened(template):
+        store.close()
+    pending: list[tuple[tuple[Any, ...], ...]] = [()]
+    libraries = _Libraries()
+    counts: Counter[str] = Counter()
+    saw: Counter[str] = Counter()  # what a holder's retry answered, after its crash
+    violations: Counter[str] = Counter()
+    failures: dict[str, list[str]] = {}
+    while pending:
+        stop_if_asked()
+        prefix = pending.pop()
+        path = os.path.join(folder, "statements.sqlite3")
+        shutil.copyfile(template, path)  # a new file, as the library makes one
+        run = _Run(bound, path, crashes, libraries)
+        try:
+            choices = list(prefix)
+            for choice in prefix:
+                run.take(choice)
+            counts["points"] += 1
+            while enabled := run.enabled():
+                stop_if_asked()
+                if not run.died:  # after a crash, one way on: each holder in turn, to its end
+                    pending.extend((*choices, other) for other in reversed(enabled[1:]))
+                choices.append(enabled[0])
+                run.take(enabled[0])
+                counts["points"] += 1
+            stuck = [h for h, status in enumerate(run.status) if status == "paused"]
+        finally:
+            run.close()
+        for name in os.listdir(folder):
+            if name != "template.sqlite3":
+                os.remove(os.path.join(folder, name))
+        counts["played"] += 1
+        counts["crash schedules" if run.died else "interleavings"] += 1
+        failed = _judged_statements(bound, run.calls, stuck, saw)
+        for check in failed:
+            violations[check] += 1
+            failures.setdefault(check, [*run.said, *failed[check]])
+        if progress.is_due():
+            progress(f"{counts['played']:,} played, {len(pending):,} choices still open",
+                     counts["points"], counts["played"])
+    return {
+        "bound": {"holders": bound.holders, "program": [a.value for a in bound.program],
+                  "last_tick": bound.last_tick, "ttl": bound.ttl, "resources": bound.resources},
+        "interleavings": counts["interleavings"],
+        "crash_schedules": counts["crash schedules"],
+        "points": counts["points"],
+        "after_a_crash": dict(sorted(saw.items())),
+        "violations": {check: violations[check] for check in STATEMENT_CHECKS},
+        "failures": failures,
+    }
+
+
+def _judged_statements(bound: Bound, calls: list[_Call], stuck: list[int],
+                       saw: Counter[str]) -> dict[str, list[str]]:
+    """The checks one played interleaving fails, each with why; and what each retry after a
+    crash answered, counted in `saw`."""
+    failed: dict[str, list[str]] = {}
+    for i, call in enumerate(calls):
+        if call.event is None:
+            retry = next((later for later in calls[i + 1 :] if later.h == call.h), None)
+            answer = "nothing: its program had ended" if retry is None else (
+                _text(retry.event.outcome) if retry.event is not None else "died")
+            saw[f"{call.step.action.value}, {'committed' if call.committed else 'not committed'}"
+                f": the retry {answer}"] += 1
+            if retry is not None and retry.event is not None and retry.event.outcome == "conflict":
+                failed["retry"] = [f"  the retry of {call.step} after a crash was a conflict"]
+    if stuck:
+        failed["linearizable"] = [f"  {'ABCDEFGH'[h]} waits for a lock nobody will give back"
+                                  for h in stuck]
+        return failed
+    order = _linearized(bound, calls)
+    if order is None:
+        failed["linearizable"] = ["  no one-at-a-time order of these calls gives these answers"]
+        return failed
+    records = [Record.empty(bound.holders)] * bound.resources
+    for call, event in order:
+        r = bound.resource(call.h)
+        after = _recorded(records[r], call.h, call.step, call.held, [event] * 3)
+        if call.event is None:  # its answer is the model's: nobody heard it
+            records[r] = after
+            continue
+        move = Move(records[r], after, call.h, call.step, call.held, [event] * 3, call.kept,
+                    RESOURCES[r])
+        for check, rule in CHECKS.items():
+            if {"authority", "fenced"} & set(rule(move)):
+                failed.setdefault(check, [f"  in the order found, at {call.step}"])
+        records[r] = after
+    return failed
 
 
 # --- the table ---
