@@ -35,6 +35,7 @@ The contract:
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import enum
 import functools
@@ -43,6 +44,7 @@ import importlib.util
 import math
 import os
 import queue
+import random
 import re
 import shutil
 import sqlite3
@@ -173,8 +175,14 @@ class AskingReceiver:
 
 def _opened(path: str, library: types.ModuleType = leases) -> list[Any]:
     """The authority and the three receivers on the file `path`, made by `library`."""
-    return [library.LeaseAuthority(path), library.Receiver(path, fenced=True),
-            library.Receiver(path, fenced=False), AskingReceiver(path)]
+    return [_made(path, library, role) for role in range(len(RECEIVERS) + 1)]
+
+
+def _made(path: str, library: types.ModuleType, role: int) -> Any:
+    """The authority (role 0) or one of RECEIVERS (role 1 on) on the file `path`."""
+    if role == 0:
+        return library.LeaseAuthority(path)
+    return AskingReceiver(path) if role == 3 else library.Receiver(path, fenced=role == 1)
 
 
 # The clock a holder's library reads (ns): a call's first reading, a reading's step, and how
@@ -224,13 +232,31 @@ def _library(clock: _Clock, sqlite: Any = sqlite3) -> types.ModuleType:
 
 
 def _rebound(library: types.ModuleType, clock: _Clock, sqlite: Any) -> types.ModuleType:
-    """`library`, reading `clock` for time and using `sqlite` for sqlite3."""
+    """`library`, reading `clock` for time, using `sqlite` for sqlite3, and drawing from
+    generators that a seed of 0 starts: the same numbers in every play, as the clock."""
     for name, value in list(vars(library).items()):
         if value is time or isinstance(value, _Clock):
             setattr(library, name, clock)
         elif value is sqlite3 or isinstance(value, _Gated):
             setattr(library, name, sqlite)
+        elif value is random:
+            setattr(library, name, _Seeded())
+        elif isinstance(value, random.Random):  # made as it was imported
+            value.seed(0)
     return library
+
+
+class _Seeded(types.SimpleNamespace):
+    """The random module as a holder's library sees it: its functions draw from a generator
+    of the holder's own, seeded with 0 (a generator the library makes is its own affair)."""
+
+    def __getattr__(self, name: str) -> Any:
+        drawn = vars(self).setdefault("_random", random.Random(0))
+        return getattr(drawn, name) if name in _DRAWING else getattr(random, name)
+
+
+_DRAWING = frozenset(name for name in dir(random.Random) if not name.startswith("_")) - {
+    "seed", "getstate", "setstate"}
 
 
 # How many holders' objects tracing keeps, each with its connections open (four file
@@ -265,17 +291,17 @@ class _Holder:
             store.close()
 
 
-def _memory(library: types.ModuleType,
+def _memory(library: types.ModuleType | None,
             objects: Sequence[Any]) -> tuple[Any, list[sqlite3.Connection]]:
     """What a holder's library can remember outside the file, as a value to compare (its
-    `objects`, its classes and its module's globals, walked deeply), and every connection
-    met."""
+    `objects`, its classes and its module's globals, walked deeply; without `library`, the
+    objects alone), and every connection met."""
     connections: list[sqlite3.Connection] = []
     seen: dict[int, Any] = {}  # kept, so that no id is another object's during the walk
-    module = library.__name__
+    module = "" if library is None else library.__name__
 
     def walked(value: Any) -> Any:
-        if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        if value is None or type(value) in _PLAIN:
             return value
         if isinstance(value, sqlite3.Connection):
             connections.append(value)
@@ -295,8 +321,13 @@ def _memory(library: types.ModuleType,
             return walked(value.__func__)
         if isinstance(value, property):
             return ("property", walked(value.fget), walked(value.fset), walked(value.fdel))
-        if isinstance(value, enum.Enum):  # a member: its class is walked, its name is all
-            return repr(value)
+        if isinstance(value, enum.Enum):  # a member: its class is walked, and what it was given
+            return ("member", repr(value), walked({name: item for name, item in vars(value).items()
+                                                   if name != "__objclass__"}))
+        if isinstance(value, random.Random):  # its state is not in its attributes
+            return ("random", value.getstate())
+        if isinstance(value, types.BuiltinMethodType):  # a bound method of a dict, a list ...
+            return ("method", value.__name__, walked(value.__self__))
         if isinstance(value, types.FunctionType):
             if not (value.__defaults__ or value.__kwdefaults__ or value.__closure__
                     or vars(value)):
@@ -316,9 +347,13 @@ def _memory(library: types.ModuleType,
         return repr(value)
 
     ours = [store for store in objects if isinstance(store, AskingReceiver)]
-    found = walked((_own(vars(library)), [store for store in objects if store not in ours]))
+    found = walked((_own(vars(library or types.ModuleType(""))),
+                    [store for store in objects if store not in ours]))
     connections.extend(store._connection for store in ours)
     return found, connections
+
+
+_PLAIN = (bool, int, float, complex, str, bytes)  # what the walk takes as it is
 
 
 def _own(names: Any) -> dict[str, Any]:
@@ -613,8 +648,8 @@ class _Bench:
         answer = None if self.whole else self.calls.get((h, trace, key))
         if answer is None:
             answer = self._play(h, trace, key, args, kwargs)
-            if not self.whole:
-                self.calls[h, trace, key] = answer
+            if not self.whole:  # a copy: what the library gave is kept by nobody but its caller
+                self.calls[h, trace, key] = (copy.copy(answer[0]), *answer[1:])
         if self.tracing:
             self.trace[h] = (*trace, key)
         result, error, self.at = answer
@@ -627,36 +662,44 @@ class _Bench:
         holder = self.pool.pop((h, trace), None)
         if holder is None:
             holder = _Holder(self.path)
-            for at, role, name, args, kwargs in trace:
+            for made, (at, role, name, args, kwargs) in enumerate(trace):
                 self._restore(self.contents[at])
                 with contextlib.suppress(Exception):  # answered as it was, when it was played
-                    self._call(holder, role, name, args, dict(kwargs))
+                    self._call(holder, role, name, args, dict(kwargs), made=made)
                 self.here = self._intern(self._read())
         return holder
 
     def _call(self, holder: _Holder, role: int, name: str, args: Any, kwargs: Any,
-              later: int = 0) -> Any:
+              later: int = 0, made: int = 0, store: Any = None) -> Any:
+        """Call the holder's object `role`; its clock starts `later` ns after the call's
+        start, which is _STEP after each of the `made` calls its holder made before."""
         lease = holder.library.Lease  # the holder's own class, which its library checks for
         given = [lease(*dataclasses.astuple(arg)) if isinstance(arg, Lease) else arg
                  for arg in args]
-        holder.clock.start(later)
-        return getattr(holder.objects[role], name)(*given, **kwargs)
+        holder.clock.start(later + made * _STEP)
+        return getattr(store or holder.objects[role], name)(*given, **kwargs)
 
     def _play(self, h: int, trace: tuple[Any, ...], key: Any, args: Any,
               kwargs: Any) -> tuple[Any, Any, int]:
         holder, (at, role, name) = self._holder(h, trace), key[:3]
         self.played += 1
-        result, error, here, memory = self._once(holder, at, role, name, args, kwargs)
+        made = len(trace)
+        result, error, here, memory = self._once(holder, at, role, name, args, kwargs, made)
         if memory != holder.memory:
             if not self.tracing:
                 raise _Remembers
             holder.memory, holder.connections = memory, _memory(holder.library, holder.objects)[1]
-        elif here is not None:  # the same call, under a later clock
-            again = self._once(holder, at, role, name, args, kwargs, later=_LATER)
+        elif here is not None:  # the same call by a new object of its library, a clock later
+            fresh = _made(self.path, holder.library, role)
+            try:
+                again = self._once(holder, at, role, name, args, kwargs, made, later=_LATER,
+                                   store=fresh)
+            finally:
+                fresh.close()
             if (_said(result, error), here) != (_said(*again[:2]), again[2]):
-                error = RuntimeError(f"{name} answered otherwise under a clock {_LATER:,} ns "
-                                     f"later: {_said(result, error)!r}, then "
-                                     f"{_said(*again[:2])!r}")
+                error = RuntimeError(f"{name} answered otherwise by a new object, under a "
+                                     f"clock {_LATER:,} ns later: {_said(result, error)!r}, "
+                                     f"then {_said(*again[:2])!r}")
         if here is None:  # left what no restore sets back: the holder was given new objects
             here = self.here
         if self.tracing:
@@ -668,20 +711,23 @@ class _Bench:
         return result, error, here
 
     def _once(self, holder: _Holder, at: int, role: int, name: str, args: Any, kwargs: Any,
-              *, later: int = 0) -> tuple[Any, Exception | None, int | None, Any]:
+              made: int, *, later: int = 0,
+              store: Any = None) -> tuple[Any, Exception | None, int | None, Any]:
         """Play one call from the content `at`: its answer, the content and memory it left
-        (`later`, the second play: the memory it found, which the first play has just
-        compared).  The content is None if the call left what no restore of the file sets
-        back; its error then says what."""
+        (`later`, the second play, by `store`, a new object: the memory it found, which the
+        first play has just compared).  The content is None if the call left what no restore
+        of the file sets back; its error then says what."""
         if self.here != at:
             self._restore(self.contents[at])
         result, error = None, None
         try:
-            result = self._call(holder, role, name, args, kwargs, later)
+            result = self._call(holder, role, name, args, kwargs, later, made, store)
         except Exception as exc:  # noqa: BLE001 - answered again as it was raised
             error = exc
-        memory, connections = (holder.memory, holder.connections) if later else _memory(holder.library, holder.objects)
-        kept = _kept(connections)
+        memory, connections = ((holder.memory, [*holder.connections,
+                                                *_memory(None, [store])[1]])
+                               if later else _memory(holder.library, holder.objects))
+        kept = _kept(connections) or _beside(self.path)
         content = None
         try:
             content = None if kept else self._read()
@@ -765,6 +811,20 @@ class _Bench:
 
 def _said(result: Any, error: Exception | None) -> Any:
     return result if error is None else (type(error).__name__, str(error))
+
+
+def _alone(folder: str, name: str) -> str:
+    """A database path in a new folder of its own inside `folder`."""
+    os.mkdir(os.path.join(folder, name))
+    return os.path.join(folder, name, "leases.sqlite3")
+
+
+def _beside(path: str) -> str | None:
+    """What a library keeps in files beside the database, in a folder that is the bench's own."""
+    name = os.path.basename(path)
+    others = set(os.listdir(os.path.dirname(path))) - {name, *(f"{name}-{suffix}" for suffix in
+                                                              ("wal", "shm", "journal"))}
+    return f"left a file beside the database, {min(others)!r}" if others else None
 
 
 def _kept(connections: list[sqlite3.Connection]) -> str | None:
@@ -863,7 +923,7 @@ def _searched(bound: Bound, folder: str, progress: _Progress, *, tracing: bool) 
     """Count schedules by state, one layer per step taken; each state keeps the smallest
     schedule that reaches it (its ticks, then its holders), and how many schedules reach it
     with each set of flags."""
-    bench = _Bench(os.path.join(folder, f"explore-{tracing}.sqlite3"), bound.holders,
+    bench = _Bench(_alone(folder, f"explore-{tracing}"), bound.holders,
                    tracing=tracing)
     steps = bound.holders * len(bound.program)
     try:
@@ -935,7 +995,7 @@ def _replayed(bound: Bound, folder: str, bit: int, ticks: tuple[int, ...],
     """The events of a failing schedule played whole, from a new, empty file, by new objects
     of new copies of the library; RuntimeError, the explorer's own failure, unless it fails
     the same check at the same place again."""
-    path = os.path.join(folder, f"replay-{bit}.sqlite3")
+    path = _alone(folder, f"replay-{bit}")
     bench, flags = _Bench(path, bound.holders, tracing=True, whole=True), 0
     try:
         steps_events = []
@@ -957,14 +1017,17 @@ def _walk(bound: Bound, objects: Sequence[Sequence[Any]], ticks: tuple[int, ...]
           holders: tuple[int, ...]) -> Iterator[tuple[int, list[Any]]]:
     """Play one schedule from its start, each holder on its `objects`: the flags and the events
     of each step."""
-    positions, beliefs = [0] * bound.holders, [None] * bound.holders
+    positions, beliefs = [0] * bound.holders, list[Lease | None]([None] * bound.holders)
     records = [Record.empty(bound.holders)] * bound.resources
     for tick, h in zip(ticks, holders):
         stop_if_asked()
         step, held, r = bound.step(h, positions[h], tick), beliefs[h], bound.resource(h)
-        beliefs[h], events = _played(step, held, objects[h], RESOURCES[r])
-        raised, records[r] = _judged(records[r], h, step, held, events, beliefs[h],
-                                     RESOURCES[r])
+        kept, events = _played(step, held, objects[h], RESOURCES[r])
+        raised, records[r] = _judged(records[r], h, step, held, events, kept, RESOURCES[r])
+        # It keeps a copy, as the search keeps the fields: the library's own object is nobody's
+        # once the step is done, as for a worker told its lease through a queue.
+        beliefs[h] = copy.copy(kept)
+        del kept
         positions[h] += 1
         yield raised, events
 
