@@ -29,8 +29,19 @@ The contract:
   several.  A stop noted by run_experiment.command ends the run within one transition; a line
   on stderr every 2 s (states so far, and their rate) shows early a bound too large to finish.
 
+With `--statements`, the holders' calls interleave at each SQL statement instead: each holder
+plays in a thread of its own, through its own copy of the library, stopped before each
+statement; SQLite waits for no lock, and a holder its lock refused waits until another gives
+a lock back.  Statements of a holder that holds the write lock are no interleaving points (in
+WAL mode no other connection can see or change what it does before COMMIT).  Before each
+statement the holder may also die: its connections close with no COMMIT, as a process's do
+when it is killed, and a new process takes the same step again; after a crash the rest is
+played one way.  Each interleaving is played whole, from a new file; the answers must be the
+model's in some one-at-a-time order of the calls (linearizable), and a retry is never a
+conflict.
+
     python3 explore.py [--holders N] [--program ACTION ...] [--last-tick T] [--ttl N]
-                       [--resources N] [--output PATH]
+                       [--resources N] [--statements] [--output PATH]
 """
 
 import argparse
@@ -854,15 +865,20 @@ class _StandIn:
 
 
 def explore(
-    bound: Bound, *, brute_force: bool = False, progress: Callable[[str], None] | None = None
+    bound: Bound, *, brute_force: bool = False, statements: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Play every schedule of `bound` on the real code; the table of what happened.
 
     By state (see the module's contract), or with `brute_force` every schedule whole, from an
-    empty database of its own: the same table, the states aside.
+    empty database of its own: the same table, the states aside.  With `statements`, every
+    interleaving of the holders' calls at each SQL statement, and a crash at each: the table
+    of the statement mode.
     """
     with contextlib.ExitStack() as cleanup:
         folder = scratch(cleanup, "leases-explore-")
+        if statements:
+            return _statements(bound, folder, _Progress(progress))
         if gc.isenabled():  # what the search keeps only grows: collecting it is wasted time
             gc.disable()
             cleanup.callback(gc.enable)
@@ -881,13 +897,15 @@ class _Progress:
     def is_due(self) -> bool:
         return self.say is not None and time.monotonic() >= self.due
 
-    def __call__(self, far: str, states: int, transitions: int) -> None:
-        """Say `far`, how far the search is, with the counts so far; due or not."""
+    def __call__(self, far: str, states: int, transitions: int,
+                 names: tuple[str, str] = ("states", "transitions")) -> None:
+        """Say `far`, how far the search is, with the counts so far, by their `names`; due or
+        not."""
         now = time.monotonic()
         self.due, rate = now + 2, states / (now - self.started)
         if self.say is not None:
-            self.say(f"explore: {far}: {states:,} states so far ({rate:,.0f} a second), "
-                     f"{transitions:,} transitions")
+            self.say(f"explore: {far}: {states:,} {names[0]} so far ({rate:,.0f} a second), "
+                     f"{transitions:,} {names[1]}")
 
 
 # What a search found: how many schedules end with each set of flags; states, transitions and
@@ -1139,7 +1157,7 @@ class _Gated:
                 try:
                     cursor = super().execute(sql, parameters)
                 except sqlite3.OperationalError as exc:
-                    worker.busy = _is_busy(exc)
+                    worker.busy = sql if _is_busy(exc) else None
                     worker.released |= began and not self.in_transaction  # rolled back
                     raise
                 # A lock given back: a transaction ended, or a statement that was one.
@@ -1195,7 +1213,8 @@ class _Worker:
         self.go: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.connections: list[sqlite3.Connection] = []
         self.objects: list[Any] = []
-        self.gated = self.dead = self.busy = self.committed = self.released = False
+        self.gated = self.dead = self.committed = self.released = False
+        self.busy: str | None = None  # the statement SQLite's lock last refused
         self.writing = False  # it holds SQLite's write lock
         self.thread = threading.Thread(target=self._main, name=f"holder {'ABCDEFGH'[h]}",
                                        daemon=True)
@@ -1207,8 +1226,9 @@ class _Worker:
             raise _Died
         if not self.gated:
             return
-        self.told.put(("paused", self.h, (sql, self.busy, self.writing, self.released)))
-        self.busy = self.released = False
+        blocked = sql == self.busy  # tried again: SQLite refused it, and may again
+        self.told.put(("paused", self.h, (sql, blocked, self.writing, self.released)))
+        self.busy, self.released = None, False
         if self.go.get() == "die":
             self.dead = True
             raise _Died
@@ -1275,7 +1295,7 @@ class _Run:
     """
 
     def __init__(self, bound: Bound, path: str, crashes: bool, libraries: _Libraries) -> None:
-        self.bound, self.crashes = bound, crashes
+        self.bound, self.crashes, self.path = bound, crashes, path
         self.told: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.workers: list[_Worker] = []
         self.status = ["opening"] * bound.holders
@@ -1354,7 +1374,9 @@ class _Run:
             if event is not None:  # a holder that died takes the same step again, as new
                 self.positions[h] += 1
                 self.held[h] = kept
-                self.said.append(f"  {'ABCDEFGH'[h]} {_text(event.outcome)}")
+                # The file by its name alone: a witness is the same on every run.
+                said = _text(event.outcome).replace(os.path.dirname(self.path) + os.sep, "")
+                self.said.append(f"  {'ABCDEFGH'[h]} {said}")
 
     def close(self) -> None:
         for h, worker in enumerate(self.workers):
@@ -1405,9 +1427,12 @@ def _linearized(bound: Bound, calls: list[_Call]) -> list[tuple[_Call, Event]] |
     return order(frozenset(), records)
 
 
-# Each check of the statement mode: today's at the authority and the fenced receiver, along
-# the one-at-a-time order found, and the one it adds.
-STATEMENT_CHECKS = (*CHECKS, "linearizable", "retry")
+# The statement mode's default bound: README's.
+STATEMENTS_BOUND = Bound(2, (Action.ACQUIRE, Action.WRITE), last_tick=0, ttl=1)
+# Each check of the statement mode.  "linearizable": the answers are the model's in some
+# one-at-a-time order of the calls (so every check of CHECKS holds along it), and no holder
+# waits for a lock forever; "retry": a call taken again after a crash is never a conflict.
+STATEMENT_CHECKS = ("linearizable", "retry")
 
 
 def _statements(bound: Bound, folder: str, progress: _Progress, *,
@@ -1418,15 +1443,25 @@ def _statements(bound: Bound, folder: str, progress: _Progress, *,
     template = os.path.join(folder, "template.sqlite3")
     for store in _opened(template):
         store.close()
-    pending: list[tuple[tuple[Any, ...], ...]] = [()]
+    # The interleavings still to play, by how many times each takes a holder off in the middle
+    # of a call (fewest first, as CHESS orders them, so that a race shows early), then the
+    # crashes still to play.
+    pending: dict[int, list[tuple[tuple[Any, ...], ...]]] = {0: [()]}
+    crashing: list[tuple[tuple[Any, ...], ...]] = []
     libraries = _Libraries()
     counts: Counter[str] = Counter()
     saw: Counter[str] = Counter()  # what a holder's retry answered, after its crash
     violations: Counter[str] = Counter()
     failures: dict[str, list[str]] = {}
-    while pending:
+    while pending or crashing:
         stop_if_asked()
-        prefix = pending.pop()
+        if pending:
+            switches = min(pending)
+            prefix = pending[switches].pop()
+            if not pending[switches]:
+                del pending[switches]
+        else:
+            prefix, switches = crashing.pop(), 0
         path = os.path.join(folder, "statements.sqlite3")
         shutil.copyfile(template, path)  # a new file, as the library makes one
         run = _Run(bound, path, crashes, libraries)
@@ -1437,10 +1472,18 @@ def _statements(bound: Bound, folder: str, progress: _Progress, *,
             counts["points"] += 1
             while enabled := run.enabled():
                 stop_if_asked()
+                taken = next((choice for choice in enabled if choice[0] != "die"), enabled[0])
+                going = choices[-1][1] if choices and ("run", choices[-1][1]) in enabled else None
                 if not run.died:  # after a crash, one way on: each holder in turn, to its end
-                    pending.extend((*choices, other) for other in reversed(enabled[1:]))
-                choices.append(enabled[0])
-                run.take(enabled[0])
+                    for other in reversed(enabled):
+                        if other[0] == "die":
+                            crashing.append((*choices, other))
+                        elif other != taken:
+                            more = switches + (going is not None and other[1] != going)
+                            pending.setdefault(more, []).append((*choices, other))
+                switches += going is not None and taken[1] != going
+                choices.append(taken)
+                run.take(taken)
                 counts["points"] += 1
             stuck = [h for h, status in enumerate(run.status) if status == "paused"]
         finally:
@@ -1454,12 +1497,13 @@ def _statements(bound: Bound, folder: str, progress: _Progress, *,
         for check in failed:
             violations[check] += 1
             failures.setdefault(check, [*run.said, *failed[check]])
+        if failed:  # the first failing interleaving is shown; what comes after is not played
+            break
         if progress.is_due():
-            progress(f"{counts['played']:,} played, {len(pending):,} choices still open",
-                     counts["points"], counts["played"])
+            progress(f"{sum(map(len, pending.values())) + len(crashing):,} choices still open", counts["points"], counts["played"],
+                     ("choice points", "interleavings played"))
     return {
-        "bound": {"holders": bound.holders, "program": [a.value for a in bound.program],
-                  "last_tick": bound.last_tick, "ttl": bound.ttl, "resources": bound.resources},
+        "bound": _bound_json(bound),
         "interleavings": counts["interleavings"],
         "crash_schedules": counts["crash schedules"],
         "points": counts["points"],
@@ -1487,23 +1531,8 @@ def _judged_statements(bound: Bound, calls: list[_Call], stuck: list[int],
         failed["linearizable"] = [f"  {'ABCDEFGH'[h]} waits for a lock nobody will give back"
                                   for h in stuck]
         return failed
-    order = _linearized(bound, calls)
-    if order is None:
+    if _linearized(bound, calls) is None:
         failed["linearizable"] = ["  no one-at-a-time order of these calls gives these answers"]
-        return failed
-    records = [Record.empty(bound.holders)] * bound.resources
-    for call, event in order:
-        r = bound.resource(call.h)
-        after = _recorded(records[r], call.h, call.step, call.held, [event] * 3)
-        if call.event is None:  # its answer is the model's: nobody heard it
-            records[r] = after
-            continue
-        move = Move(records[r], after, call.h, call.step, call.held, [event] * 3, call.kept,
-                    RESOURCES[r])
-        for check, rule in CHECKS.items():
-            if {"authority", "fenced"} & set(rule(move)):
-                failed.setdefault(check, [f"  in the order found, at {call.step}"])
-        records[r] = after
     return failed
 
 
@@ -1542,8 +1571,7 @@ def _table(bound: Bound, ends: Counter[int], states: int, played: int, calls: in
             failures[check] = {place: runs[0 if place == "authority" else RECEIVERS.index(place)]
                                for place, (reach, runs) in found.items() if reach == first}
     return {
-        "bound": {"holders": bound.holders, "program": [a.value for a in bound.program],
-                  "last_tick": ticks, "ttl": bound.ttl, "resources": bound.resources},
+        "bound": _bound_json(bound),
         "schedules": schedules,
         "formula": formula,
         "states": states,
@@ -1587,7 +1615,8 @@ _EXAMPLES = """\
   python3 explore.py --program acquire write
   python3 explore.py --program acquire check write   # a check leaves the gap
   python3 explore.py --holders 3 --last-tick 4
-  python3 explore.py --resources 2 --last-tick 2 --ttl 1   # A and B apart"""
+  python3 explore.py --resources 2 --last-tick 2 --ttl 1   # A and B apart
+  python3 explore.py --statements                         # every statement, every crash"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1606,6 +1635,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--resources", type=int, choices=range(1, 3), metavar="N",
                         help="resources, 1 or 2; with 2, A acquires the first, B the second, C "
                         f"the first, ... (default: {Bound.resources})")
+    parser.add_argument("--statements", action="store_true", help="every interleaving of the "
+                        "holders' calls at each SQL statement, and a crash before each "
+                        f"(default bound: {_said_bound(_bound_json(STATEMENTS_BOUND))})")
     parser.add_argument("--output", metavar="PATH", help="also write the table as JSON to this "
                         "file, replacing it whole, or creating it")
     return command("explore.py", lambda: _main(parser.parse_args(argv)))
@@ -1615,16 +1647,48 @@ def _main(args: argparse.Namespace) -> int:
     given = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
              "resources": args.resources,
              "program": args.program and tuple(map(Action, args.program))}
-    bound = Bound(**{name: value for name, value in given.items() if value is not None})
+    bound = dataclasses.replace(STATEMENTS_BOUND if args.statements else Bound(), **{
+        name: value for name, value in given.items() if value is not None})
     target = None if args.output is None else output_target(args.output)
     if target is not None:  # found now, not once the whole exploration is lost
         _check_writable(target)
     started = time.monotonic()
-    table = explore(bound, progress=note)
+    table = explore(bound, statements=args.statements, progress=note)
     stop_if_asked()
-    code, report = _explored(table, time.monotonic() - started)
+    code, report = (_interleaved if args.statements else _explored)(
+        table, time.monotonic() - started)
     publish(target, canonical_json(table), report)
     return code
+
+
+def _said_bound(bound: dict[str, Any]) -> str:
+    """A bound as a report says it, from its JSON."""
+    return (f"{bound['holders']} holder{'s' * (bound['holders'] != 1)}, each: "
+            f"{' '.join(bound['program'])}; ticks 0 to {bound['last_tick']}, ttl {bound['ttl']}"
+            f"{', 2 resources' * (bound['resources'] == 2)}")
+
+
+def _bound_json(bound: Bound) -> dict[str, Any]:
+    return {"holders": bound.holders, "program": [a.value for a in bound.program],
+            "last_tick": bound.last_tick, "ttl": bound.ttl, "resources": bound.resources}
+
+
+def _interleaved(table: dict[str, Any], seconds: float) -> tuple[int, str]:
+    """The exit code and the report of the statement mode."""
+    failed = [name for name, count in table["violations"].items() if count]
+    lines = [
+        f"every interleaving at each SQL statement of {_said_bound(table['bound'])}",
+        (f"  {table['interleavings']:,} interleavings, and {table['crash_schedules']:,} with a "
+         "crash: a holder dies before a statement,"),
+        "  then, as a new process, takes the same step again (the rest played one way)",
+        f"  {table['points']:,} choice points, {seconds:.1f} s",
+        "  after a crash, the holder's call taken again answered:",
+        *(f"    {seen:<48}{count:>8,}" for seen, count in table["after_a_crash"].items()),
+        f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(STATEMENT_CHECKS)})",
+    ]
+    if failed:
+        lines += [f"the first interleaving failing {failed[0]!r}:", *table["failures"][failed[0]]]
+    return (EXIT_DIFFERENT if failed else EXIT_OK), "\n".join(lines)
 
 
 def _check_writable(target: str) -> None:
@@ -1641,10 +1705,7 @@ def _explored(table: dict[str, Any], seconds: float) -> tuple[int, str]:
     bound, classes = table["bound"], table["classes"]
     failed = [name for name, count in table["violations"].items() if count]
     lines = [
-        (f"every schedule of {bound['holders']} holder{'s' * (bound['holders'] != 1)}, each: "
-         f"{' '.join(bound['program'])}; "
-         f"ticks 0 to {bound['last_tick']}, ttl {bound['ttl']}"
-         f"{', 2 resources' * (bound['resources'] == 2)}"),
+        f"every schedule of {_said_bound(bound)}",
         f"  {table['schedules']:,} schedules = {table['formula']}",
         (f"  {table['states']:,} states, {table['transitions']:,} transitions, "
          f"{table['calls_played']:,} calls played on the real code, {seconds:.1f} s"),

@@ -18,6 +18,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 from typing import Any
 from unittest import mock
@@ -656,6 +658,83 @@ REPORT = [
 ]
 
 
+# The statement mode's breakages: (the name, the edits, the check the first failing interleaving
+# fails, and how its witness begins).
+_IMMEDIATE = 'connection.execute("BEGIN IMMEDIATE")'
+_READ_IN = ("        with self._use(write=True) as connection:\n"
+            "            row = self._load(connection, resource)\n"
+            "            held = None if row is None else row.live_lease(now)\n")
+RACES = [
+    ("a deferred `BEGIN`", [(_IMMEDIATE, 'connection.execute("BEGIN")')], ["linearizable"],
+     ["B acquire at tick 0:", "  B BEGIN", "  B SELECT"]),
+    ("a read before the transaction", [(_READ_IN, (
+        "        with self._use(write=False) as connection:\n"
+        "            row = self._load(connection, resource)\n"
+        "        with self._use(write=True) as connection:\n"
+        "            held = None if row is None else row.live_lease(now)\n"))], ["linearizable"],
+     ["B acquire at tick 0:", "  B SELECT"]),
+    ("a replay answered as a conflict", [
+        ("return Outcome.REPLAY if value == stored[1] else Outcome.CONFLICT",
+         "return Outcome.CONFLICT")], ["linearizable", "retry"],
+     ["A acquire at tick 0:", "B acquire at tick 0:"]),
+    ("a transaction never committed", [
+        ('                    connection.execute("COMMIT")  #', "                    pass  #")],
+     ["linearizable"], ["A acquire at tick 0:", "  A BEGIN IMMEDIATE"]),
+]
+
+
+class StatementTests(unittest.TestCase):
+    """Every interleaving at each SQL statement, and a crash before each, on the real code."""
+
+    def test_two_acquisitions_interleave_14_ways_and_crash_80_ways_and_every_check_holds(
+        self,
+    ) -> None:
+        table = explore.explore(explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), statements=True)
+        self.assertEqual((table["interleavings"], table["crash_schedules"], table["points"]),
+                         (14, 80, 661))
+        self.assertEqual(table["after_a_crash"], {
+            "acquire, committed: the retry held": 14,
+            "acquire, not committed: the retry granted": 12,
+            "acquire, not committed: the retry held": 54})
+        self.assertEqual(table["violations"], {"linearizable": 0, "retry": 0})
+
+    def test_a_crash_in_a_write_then_its_retry_is_a_replay_if_it_committed_else_applied(
+        self,
+    ) -> None:
+        bound = explore.Bound(1, (ACQUIRE, WRITE, RELEASE), last_tick=1, ttl=1)
+        table = explore.explore(bound, statements=True)
+        self.assertEqual((table["interleavings"], table["crash_schedules"]), (4, 45))
+        seen = {what: count for what, count in table["after_a_crash"].items()
+                if what.startswith("write")}
+        self.assertEqual(seen, {"write, committed: the retry replay": 3,
+                                "write, not committed: the retry applied": 12})
+        self.assertEqual(table["violations"], {"linearizable": 0, "retry": 0})
+
+    def test_each_race_and_wrong_retry_fails_at_readmes_bound_alike_on_every_run(self) -> None:
+        for name, edits, checks, witness in RACES:
+            with self.subTest(name):
+                first, again = (_explore_broken(self, edits, ["--statements"]) for _ in range(2))
+                self.assertEqual(first.returncode, 1, first.stderr)
+                failed = next(line for line in first.stdout.splitlines()
+                              if line.startswith("  checks failed: "))
+                self.assertEqual(failed.split(": ")[1].split(" (of")[0].split(", "), checks)
+                shown = first.stdout.split(f"the first interleaving failing {checks[0]!r}:\n")[1]
+                self.assertEqual([line[: len(want)] for line, want in
+                                  zip(shown.splitlines(), witness)], witness)
+                self.assertEqual(re.sub(r"[\d.]+ s\b", "", first.stdout),
+                                 re.sub(r"[\d.]+ s\b", "", again.stdout), "the same every run")
+
+    def test_a_library_copy_is_taken_again_only_as_it_was_made(self) -> None:
+        libraries = explore._Libraries()
+        gated = explore._Gated(mock.Mock(connections=[]))
+        library = libraries.take(gated)
+        libraries.give_back(library)
+        self.assertIs(libraries.take(gated), library, "given back as it was made")
+        library.Receiver.remembered = {"quarterly-report": (2, "B1")}
+        libraries.give_back(library)
+        self.assertIsNot(libraries.take(gated), library, "one that remembers is not")
+
+
 class CommandLineTests(unittest.TestCase):
     """explore.py's exit codes: 0, 1 (above), 2 and 128 + n, and what --output holds."""
 
@@ -721,6 +800,23 @@ class CommandLineTests(unittest.TestCase):
                 mock.patch.object(explore, "explore", stopped_at_the_end):
             code, out, err = _main(*arguments)
             self.assertEqual((code, out), (128 + signal.SIGTERM, ""))
+        self.assertFalse(os.path.exists(output))
+        real_take, noted = explore._Run.take, list[float]()
+
+        def stopped_at_a_choice(run: Any, choice: Any) -> None:
+            if len(noted) == 20:  # in the middle of an interleaving
+                noted.append(time.monotonic())
+                os.kill(os.getpid(), signal.SIGTERM)
+            noted.append(0.0)
+            real_take(run, choice)
+
+        with self.subTest("a stop in the statement mode ends it within 0.2 s, its holders too"), \
+                mock.patch.object(explore._Run, "take", stopped_at_a_choice):
+            threads = threading.active_count()
+            code, out, err = _main("--statements", "--output", output)
+            self.assertLess(time.monotonic() - noted[20], 0.2)
+            self.assertEqual((code, out), (128 + signal.SIGTERM, ""))
+            self.assertEqual(threading.active_count(), threads, "every holder's thread ended")
         self.assertFalse(os.path.exists(output))
 
 
