@@ -1521,10 +1521,10 @@ def _judged_statements(bound: Bound, calls: list[_Call], stuck: list[int],
     for i, call in enumerate(calls):
         if call.event is None:
             retry = next((later for later in calls[i + 1 :] if later.h == call.h), None)
-            answer = "nothing: its program had ended" if retry is None else (
+            answer = "not taken again" if retry is None else (
                 _text(retry.event.outcome) if retry.event is not None else "died")
             saw[f"{call.step.action.value}, {'committed' if call.committed else 'not committed'}"
-                f": the retry {answer}"] += 1
+                f": {answer}"] += 1
             if retry is not None and retry.event is not None and retry.event.outcome == "conflict":
                 failed["retry"] = [f"  the retry of {call.step} after a crash was a conflict"]
     if stuck:
@@ -1682,7 +1682,7 @@ def _interleaved(table: dict[str, Any], seconds: float) -> tuple[int, str]:
          "crash: a holder dies before a statement,"),
         "  then, as a new process, takes the same step again (the rest played one way)",
         f"  {table['points']:,} choice points, {seconds:.1f} s",
-        "  after a crash, the holder's call taken again answered:",
+        "  a crash in, and the step taken again:",
         *(f"    {seen:<48}{count:>8,}" for seen, count in table["after_a_crash"].items()),
         f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(STATEMENT_CHECKS)})",
     ]

@@ -693,9 +693,9 @@ class StatementTests(unittest.TestCase):
         self.assertEqual((table["interleavings"], table["crash_schedules"], table["points"]),
                          (14, 80, 661))
         self.assertEqual(table["after_a_crash"], {
-            "acquire, committed: the retry held": 14,
-            "acquire, not committed: the retry granted": 12,
-            "acquire, not committed: the retry held": 54})
+            "acquire, committed: held": 14,
+            "acquire, not committed: granted": 12,
+            "acquire, not committed: held": 54})
         self.assertEqual(table["violations"], {"linearizable": 0, "retry": 0})
 
     def test_a_crash_in_a_write_then_its_retry_is_a_replay_if_it_committed_else_applied(
@@ -706,8 +706,8 @@ class StatementTests(unittest.TestCase):
         self.assertEqual((table["interleavings"], table["crash_schedules"]), (4, 45))
         seen = {what: count for what, count in table["after_a_crash"].items()
                 if what.startswith("write")}
-        self.assertEqual(seen, {"write, committed: the retry replay": 3,
-                                "write, not committed: the retry applied": 12})
+        self.assertEqual(seen, {"write, committed: replay": 3,
+                                "write, not committed: applied": 12})
         self.assertEqual(table["violations"], {"linearizable": 0, "retry": 0})
 
     def test_each_race_and_wrong_retry_fails_at_readmes_bound_alike_on_every_run(self) -> None:

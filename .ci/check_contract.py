@@ -3,7 +3,7 @@
 Each scenario in results.json has one ```mermaid sequence diagram, in order, under a heading that
 names it in backticks; its arrows and "tick N" notes carry the events.  Each cited test exists,
 each test is cited, "N tests" counts them.  | exit code | is EXIT_CODES, | field | the fields of
-results.json, | schedules with | a fresh exploration.  Python, sql and sh blocks run (the others
+results.json, | schedules with | a fresh exploration, | a crash in | a fresh statement mode's.  Python, sql and sh blocks run (the others
 are text or mermaid), and each | breakage | row, applied alone, fails the tests it names.  A sql
 or python block followed by a text block of "resource epoch [sequence] value -> answer" lines
 answers each as that line says, and as this library's fenced receiver does.
@@ -228,6 +228,29 @@ def check_exploration(readme: Readme) -> str:
     return f"exploration: {README}'s table and numbers are a fresh {module.__name__}.explore's"
 
 
+def check_statements(readme: Readme) -> str:
+    """The statement mode's table, and its counts in the prose just before it, are a fresh
+    run's at its default bound."""
+    module = _explorer()
+    if not hasattr(module, "STATEMENTS_BOUND"):  # no statement mode: nothing to check
+        return "statements: no statement mode"
+    fresh = module.explore(module.STATEMENTS_BOUND, statements=True)
+    line, columns, rows = readme.table("a crash in, and the step taken again")
+    shown = {row[columns[0]]: int(row["schedules"].replace(",", "")) for _, row in rows}
+    if shown != fresh["after_a_crash"]:
+        raise Drift(f"{README} line {line}: the crash table says {shown}, fresh: "
+                    f"{fresh['after_a_crash']}")
+    before = " ".join(readme.prose[max(line - 6, 0) : line - 1])
+    for word, key in (("interleavings", "interleavings"), ("crash schedules", "crash_schedules")):
+        said = re.search(rf"(\d[\d,]*)\s+{word}\b", before)
+        if said is None or int(said[1].replace(",", "")) != fresh[key]:
+            raise Drift(f"{README} near line {line}: {said and said[1]} {word}, fresh: "
+                        f"{fresh[key]:,}")
+    if any(fresh["violations"].values()):
+        raise Drift(f"{README} line {line}: a check failed in a fresh run: {fresh['violations']}")
+    return f"statements: {README}'s crash table and counts are a fresh explore --statements'"
+
+
 def run_example(line: int, language: str, text: str, after: str = "") -> str:
     where = f"{README} line {line}, {language!r} block"
     if language not in ("python", "sql", "sh"):
@@ -365,7 +388,8 @@ def main() -> int:
     drifts = 0
     try:
         readme = Readme((ROOT / README).read_text(encoding="utf-8"))
-        checks = (check_diagrams, check_tests, check_exit_codes, check_fields, check_exploration)
+        checks = (check_diagrams, check_tests, check_exit_codes, check_fields, check_exploration,
+                  check_statements)
         jobs: list[functools.partial[str] | Drift] = [functools.partial(c, readme) for c in checks]
         following = [*readme.blocks[1:], (0, "", "")]
         jobs += [functools.partial(run_example, line, language, text,
