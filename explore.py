@@ -1158,10 +1158,7 @@ class _Gated:
                     cursor = super().execute(sql, parameters)
                 except sqlite3.OperationalError as exc:
                     worker.busy = sql if _is_busy(exc) else None
-                    worker.released |= began and not self.in_transaction  # rolled back
                     raise
-                # A lock given back: a transaction ended, or a statement that was one.
-                worker.released |= not self.in_transaction
                 # The write lock taken: by BEGIN IMMEDIATE or EXCLUSIVE, or by a write.
                 worker.writing = self.in_transaction and (worker.writing or _WRITES.match(sql)
                                                           is not None)
@@ -1213,7 +1210,7 @@ class _Worker:
         self.go: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.connections: list[sqlite3.Connection] = []
         self.objects: list[Any] = []
-        self.gated = self.dead = self.committed = self.released = False
+        self.gated = self.dead = self.committed = False
         self.busy: str | None = None  # the statement SQLite's lock last refused
         self.writing = False  # it holds SQLite's write lock
         self.thread = threading.Thread(target=self._main, name=f"holder {'ABCDEFGH'[h]}",
@@ -1227,8 +1224,8 @@ class _Worker:
         if not self.gated:
             return
         blocked = sql == self.busy  # tried again: SQLite refused it, and may again
-        self.told.put(("paused", self.h, (sql, blocked, self.writing, self.released)))
-        self.busy, self.released = None, False
+        self.told.put(("paused", self.h, (sql, blocked, self.writing)))
+        self.busy = None
         if self.go.get() == "die":
             self.dead = True
             raise _Died
@@ -1265,8 +1262,7 @@ class _Worker:
                 except Exception as exc:  # noqa: BLE001 - a broken library: an answer
                     kept, event = held, _raised(step, exc)
                 self.gated = False
-                self.told.put(("ended", self.h, (kept, event, self.committed, self.released)))
-                self.released = False
+                self.told.put(("ended", self.h, (kept, event, self.committed)))
         except BaseException as exc:  # noqa: BLE001 - the explorer's own failure, reported
             self.told.put(("broken", self.h, exc))
         finally:
@@ -1340,11 +1336,11 @@ class _Run:
             self.begun[h] = step, self.taken
             self.said.append(f"{actor} {step.action.value} at tick {self.tick}:")
             worker.go.put((step, self.held[h]))
-        elif kind == "run":
+        elif kind == "run":  # it has moved: each holder SQLite's lock refused may try again
+            self.blocked = [False] * self.bound.holders
             self.said.append(f"  {actor} {self.sql[h]}")
             worker.go.put("go")
-        else:  # its locks go with it
-            self.blocked = [False] * self.bound.holders
+        else:
             self.died = True
             self.said.append(f"  {actor} dies before {self.sql[h]}")
             worker.go.put("die")
@@ -1358,14 +1354,12 @@ class _Run:
                                f"{self.said[-1:] or 'opening'}") from None
         if kind == "broken":
             raise what
-        if what is not None and what[-1]:  # it gave a lock back: each blocked holder may try
-            self.blocked = [False] * self.bound.holders
         if kind == "paused":
-            self.status[h], (self.sql[h], self.blocked[h], self.writing[h], _) = "paused", what
+            self.status[h], (self.sql[h], self.blocked[h], self.writing[h]) = "paused", what
             return
         self.status[h] = "idle"
         if kind == "ended":
-            kept, event, committed, _ = what
+            kept, event, committed = what
             begun = self.begun[h]
             assert begun is not None
             step, start = begun

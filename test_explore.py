@@ -658,28 +658,29 @@ REPORT = [
 ]
 
 
-# The statement mode's breakages: (the name, the edits, the check the first failing interleaving
-# fails, and how its witness begins).
+# The statement mode's breakages: (the name, the edits, the checks the first failing
+# interleaving fails, how its witness begins, and the interleavings and crash schedules played
+# up to it, itself included).
 _IMMEDIATE = 'connection.execute("BEGIN IMMEDIATE")'
 _READ_IN = ("        with self._use(write=True) as connection:\n"
             "            row = self._load(connection, resource)\n"
             "            held = None if row is None else row.live_lease(now)\n")
 RACES = [
     ("a deferred `BEGIN`", [(_IMMEDIATE, 'connection.execute("BEGIN")')], ["linearizable"],
-     ["B acquire at tick 0:", "  B BEGIN", "  B SELECT"]),
+     ["B acquire at tick 0:", "  B BEGIN", "  B SELECT"], (9, 0)),
     ("a read before the transaction", [(_READ_IN, (
         "        with self._use(write=False) as connection:\n"
         "            row = self._load(connection, resource)\n"
         "        with self._use(write=True) as connection:\n"
         "            held = None if row is None else row.live_lease(now)\n"))], ["linearizable"],
-     ["B acquire at tick 0:", "  B SELECT"]),
+     ["B acquire at tick 0:", "  B SELECT"], (7, 0)),
     ("a replay answered as a conflict", [
         ("return Outcome.REPLAY if value == stored[1] else Outcome.CONFLICT",
          "return Outcome.CONFLICT")], ["linearizable", "retry"],
-     ["A acquire at tick 0:", "B acquire at tick 0:"]),
+     ["A acquire at tick 0:", "B acquire at tick 0:"], (130, 1)),
     ("a transaction never committed", [
         ('                    connection.execute("COMMIT")  #', "                    pass  #")],
-     ["linearizable"], ["A acquire at tick 0:", "  A BEGIN IMMEDIATE"]),
+     ["linearizable"], ["A acquire at tick 0:", "  A BEGIN IMMEDIATE"], (1, 0)),
 ]
 
 
@@ -711,10 +712,12 @@ class StatementTests(unittest.TestCase):
         self.assertEqual(table["violations"], {"linearizable": 0, "retry": 0})
 
     def test_each_race_and_wrong_retry_fails_at_readmes_bound_alike_on_every_run(self) -> None:
-        for name, edits, checks, witness in RACES:
+        for name, edits, checks, witness, played in RACES:
             with self.subTest(name):
                 first, again = (_explore_broken(self, edits, ["--statements"]) for _ in range(2))
                 self.assertEqual(first.returncode, 1, first.stderr)
+                self.assertEqual(re.findall(r"([\d,]+) interleavings, and ([\d,]+) with a crash",
+                                            first.stdout), [tuple(map(str, played))])
                 failed = next(line for line in first.stdout.splitlines()
                               if line.startswith("  checks failed: "))
                 self.assertEqual(failed.split(": ")[1].split(" (of")[0].split(", "), checks)
@@ -723,6 +726,29 @@ class StatementTests(unittest.TestCase):
                                   zip(shown.splitlines(), witness)], witness)
                 self.assertEqual(re.sub(r"[\d.]+ s\b", "", first.stdout),
                                  re.sub(r"[\d.]+ s\b", "", again.stdout), "the same every run")
+
+    def test_a_committed_call_whose_holder_died_is_in_every_one_at_a_time_order(self) -> None:
+        bound = explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1)
+        a, b = (bound.step(h, 0, 0) for h in range(2))
+        granted = run_experiment.Event("B", ACQUIRE, 0, "granted", 1, 1)
+        died = explore._Call(0, a, None, None, None, True, 1, 2)
+        after = explore._Call(1, b, None, granted, leases.Lease(run_experiment.RESOURCE, "B", 1, 1),
+                              False, 3, 4)
+        self.assertIsNone(explore._linearized(bound, [died, after]), "A's grant committed")
+        self.assertIsNotNone(explore._linearized(bound, [died._replace(committed=False), after]),
+                             "A's grant may never have happened")
+
+    def test_a_holder_that_died_runs_nothing_more_not_even_its_librarys_error_handler(
+        self,
+    ) -> None:
+        committing = [('connection.execute("ROLLBACK")', 'connection.execute("COMMIT")')]
+        run = _broken(self, committing, "-c", (
+            "import explore, json\n"
+            "bound = explore.Bound(2, (explore.Action.ACQUIRE,), last_tick=0, ttl=1)\n"
+            "print(json.dumps(explore.explore(bound, statements=True)['after_a_crash']))\n"))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        clean = explore.explore(explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), statements=True)
+        self.assertEqual(json.loads(run.stdout), clean["after_a_crash"])
 
     def test_a_library_copy_is_taken_again_only_as_it_was_made(self) -> None:
         libraries = explore._Libraries()
