@@ -36,8 +36,8 @@ a lock back.  Statements of a holder that holds the write lock are no interleavi
 WAL mode no other connection can see or change what it does before COMMIT).  Before each
 statement the holder may also die: its connections close with no COMMIT, as a process's do
 when it is killed, and a new process takes the same step again; after a crash the rest is
-played one way.  Each interleaving is played whole, from a new file; the answers must be the
-model's in some one-at-a-time order of the calls (linearizable), and a retry is never a
+played one way.  Each interleaving is played whole, from the file emptied; the answers must be
+the model's in some one-at-a-time order of the calls (linearizable), and a retry is never a
 conflict.
 
     python3 explore.py [--holders N] [--program ACTION ...] [--last-tick T] [--ttl N]
@@ -57,7 +57,6 @@ import os
 import queue
 import random
 import re
-import shutil
 import sqlite3
 import sys
 import tempfile
@@ -1197,10 +1196,11 @@ class _Libraries:
 
 
 class _Worker:
-    """One holder in one interleaving: a thread of its own, playing its steps through a copy of
-    the library of its own on its own connections, stopped before each SQL statement until the
-    scheduler lets it go on.  It dies there if told to, and comes back as a new process: a new
-    copy of the library, new connections."""
+    """One holder: a thread of its own, playing its steps through a copy of the library of its
+    own on its own connections, stopped before each SQL statement until the scheduler lets it
+    go on.  It dies there if told to, and comes back as a new process: a new copy of the
+    library, new connections.  It lives for the whole search, as a worker process lives for
+    many calls; the file is emptied between interleavings."""
 
     def __init__(self, path: str, told: "queue.SimpleQueue[tuple[Any, ...]]", h: int,
                  resource: str, libraries: _Libraries) -> None:
@@ -1210,7 +1210,7 @@ class _Worker:
         self.go: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.connections: list[sqlite3.Connection] = []
         self.objects: list[Any] = []
-        self.gated = self.dead = self.committed = False
+        self.gated = self.dead = self.committed = self.stopped = False
         self.busy: str | None = None  # the statement SQLite's lock last refused
         self.writing = False  # it holds SQLite's write lock
         self.thread = threading.Thread(target=self._main, name=f"holder {'ABCDEFGH'[h]}",
@@ -1226,8 +1226,9 @@ class _Worker:
         blocked = sql == self.busy  # tried again: SQLite refused it, and may again
         self.told.put(("paused", self.h, (sql, blocked, self.writing)))
         self.busy = None
-        if self.go.get() == "die":
-            self.dead = True
+        order = self.go.get()
+        if order != "go":  # "die", or None: the search is stopping
+            self.dead, self.stopped = True, order is None
             raise _Died
 
     def _open(self) -> None:
@@ -1257,6 +1258,8 @@ class _Worker:
                 except _Died:  # a new process: it opens the file as the library does
                     self.gated = False
                     self._close()
+                    if self.stopped:
+                        return
                     self._open()
                     kept, event = held, None
                 except Exception as exc:  # noqa: BLE001 - a broken library: an answer
@@ -1290,11 +1293,10 @@ class _Run:
     that SQLite's lock refused is not enabled again until another has moved.
     """
 
-    def __init__(self, bound: Bound, path: str, crashes: bool, libraries: _Libraries) -> None:
-        self.bound, self.crashes, self.path = bound, crashes, path
-        self.told: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self.workers: list[_Worker] = []
-        self.status = ["opening"] * bound.holders
+    def __init__(self, bound: Bound, workers: list[_Worker], crashes: bool) -> None:
+        self.bound, self.workers, self.crashes = bound, workers, crashes
+        self.told, self.path = workers[0].told, workers[0].path
+        self.status = ["idle"] * bound.holders
         self.sql: list[str | None] = [None] * bound.holders
         self.blocked = [False] * bound.holders
         self.writing = [False] * bound.holders  # holds the write lock
@@ -1303,10 +1305,6 @@ class _Run:
         self.tick, self.taken, self.died = 0, 0, False
         self.calls: list[_Call] = []
         self.said: list[str] = []  # each choice, as a witness shows it
-        for h in range(bound.holders):  # one at a time: SQLite's first opener sets the file up
-            self.workers.append(_Worker(path, self.told, h, RESOURCES[bound.resource(h)],
-                                        libraries))
-            self._heard(h)
 
     def enabled(self) -> list[tuple[Any, ...]]:
         bound, choices = self.bound, list[tuple[Any, ...]]()
@@ -1372,15 +1370,12 @@ class _Run:
                 said = _text(event.outcome).replace(os.path.dirname(self.path) + os.sep, "")
                 self.said.append(f"  {'ABCDEFGH'[h]} {said}")
 
-    def close(self) -> None:
+    def end(self) -> None:
+        """Let every holder still stopped before a statement die there: each is idle after."""
         for h, worker in enumerate(self.workers):
             if self.status[h] == "paused":
                 worker.go.put("die")
-                with contextlib.suppress(RuntimeError):
-                    self._heard(h)
-            worker.go.put(None)
-        for worker in self.workers:
-            worker.thread.join(_HANDOFF_SECONDS)
+                self._heard(h)
 
 
 def _linearized(bound: Bound, calls: list[_Call]) -> list[tuple[_Call, Event]] | None:
@@ -1432,17 +1427,33 @@ STATEMENT_CHECKS = ("linearizable", "retry")
 def _statements(bound: Bound, folder: str, progress: _Progress, *,
                 crashes: bool = True) -> dict[str, Any]:
     """Play every interleaving of `bound` at each SQL statement, and each with one crash at
-    each statement: each from a new file, by new workers, choosing in turn every choice the
-    last one left open."""
-    template = os.path.join(folder, "template.sqlite3")
-    for store in _opened(template):
-        store.close()
+    each statement: each from the file emptied, by one worker per holder for the whole search,
+    choosing in turn every choice the last one left open."""
+    path = os.path.join(folder, "statements.sqlite3")
+    told: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    libraries, workers = _Libraries(), list[_Worker]()
+    try:
+        for h in range(bound.holders):  # one at a time: SQLite's first opener sets the file up
+            workers.append(_Worker(path, told, h, RESOURCES[bound.resource(h)], libraries))
+            kind, _, what = told.get(timeout=_HANDOFF_SECONDS)
+            if kind == "broken":
+                raise what
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None, timeout=0)) as keeper:
+            return _searched_statements(bound, workers, keeper, progress, crashes)
+    finally:
+        for worker in workers:
+            worker.go.put(None)
+        for worker in workers:
+            worker.thread.join(_HANDOFF_SECONDS)
+
+
+def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.Connection,
+                         progress: _Progress, crashes: bool) -> dict[str, Any]:
     # The interleavings still to play, by how many times each takes a holder off in the middle
     # of a call (fewest first, as CHESS orders them, so that a race shows early), then the
     # crashes still to play.
     pending: dict[int, list[tuple[tuple[Any, ...], ...]]] = {0: [()]}
     crashing: list[tuple[tuple[Any, ...], ...]] = []
-    libraries = _Libraries()
     counts: Counter[str] = Counter()
     saw: Counter[str] = Counter()  # what a holder's retry answered, after its crash
     violations: Counter[str] = Counter()
@@ -1456,9 +1467,8 @@ def _statements(bound: Bound, folder: str, progress: _Progress, *,
                 del pending[switches]
         else:
             prefix, switches = crashing.pop(), 0
-        path = os.path.join(folder, "statements.sqlite3")
-        shutil.copyfile(template, path)  # a new file, as the library makes one
-        run = _Run(bound, path, crashes, libraries)
+        _emptied(keeper)
+        run = _Run(bound, workers, crashes)
         try:
             choices = list(prefix)
             for choice in prefix:
@@ -1481,10 +1491,7 @@ def _statements(bound: Bound, folder: str, progress: _Progress, *,
                 counts["points"] += 1
             stuck = [h for h, status in enumerate(run.status) if status == "paused"]
         finally:
-            run.close()
-        for name in os.listdir(folder):
-            if name != "template.sqlite3":
-                os.remove(os.path.join(folder, name))
+            run.end()
         counts["played"] += 1
         counts["crash schedules" if run.died else "interleavings"] += 1
         failed = _judged_statements(bound, run.calls, stuck, saw)
@@ -1505,6 +1512,23 @@ def _statements(bound: Bound, folder: str, progress: _Progress, *,
         "violations": {check: violations[check] for check in STATEMENT_CHECKS},
         "failures": failures,
     }
+
+
+def _emptied(keeper: sqlite3.Connection) -> None:
+    """Every row of every table deleted, and the header's fields 0: the file as new."""
+    tables = [name for (name,) in keeper.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
+    keeper.execute("BEGIN IMMEDIATE")
+    try:
+        for name in tables:
+            keeper.execute(f'DELETE FROM "{name}"')
+        for name in _HEADER:
+            keeper.execute(f"PRAGMA {name} = 0")
+        keeper.execute("COMMIT")
+    except BaseException:
+        if keeper.in_transaction:
+            keeper.execute("ROLLBACK")
+        raise
 
 
 def _judged_statements(bound: Bound, calls: list[_Call], stuck: list[int],
