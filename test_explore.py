@@ -388,7 +388,7 @@ OUTSIDE = [
         ("        return None if row is None else _Row(*row)\n",
          ("        memo[key] = (now, None if row is None else _Row(*row))\n"
          "        return memo[key][1]\n"))],
-     DEFAULT, "model", ["A acquire granted", "A renew raised"], ["authority"]),
+     ACQUIRE_AGAIN, "model", ["A acquire granted", "A acquire raised"], ["authority"]),
     ("a registry of the leases granted, by weak reference", [
         (_GLOBAL, _GLOBAL + "import weakref\n_REGISTER = {}.setdefault\n"),
         (_HELD, _HELD + "            ref = None if held is None else _REGISTER.__self__.get("
@@ -406,7 +406,7 @@ OUTSIDE = [
                           " + 1)\n"
                           '            with open(side, "w") as file:\n'
                           '                file.write(f"{resource} {lease.epoch}")\n')],
-     DEFAULT, "model", ["A acquire raised"], ["authority"]),
+     ACQUIRE_AGAIN, "model", ["A acquire raised"], ["authority"]),
     ("a generator of its own, seeded by the system: half the writes trust nothing stored", [
         (_GLOBAL, _GLOBAL + "import random\n_DRAWS = random.Random()\n"),
         (_LATEST, _LATEST + "            if _DRAWS.random() < 0.5:\n"
