@@ -760,10 +760,10 @@ SHARED_EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_USAGE, ("bad arguments, or a file or stdout that cannot be read or written: one line "
                   "on stderr")),
     (EXIT_CLOSED_STDOUT, "stdout was closed by its reader (| true); quiet"),
-    (EXIT_UNEXPECTED, ("an unexpected error, such as MemoryError: a bug or a starved machine; "
-                       "one line on stderr naming it")),
-    *((EXIT_SIGNALLED + number, (f"stopped by {signal.Signals(number).name}: workers stopped, "
-                                 "temporary folders removed, --output untouched"))
+    (EXIT_UNEXPECTED, ("an unexpected error (a bug, or a starved machine): one line on stderr "
+                       "naming it")),
+    *((EXIT_SIGNALLED + number, (f"stopped by {signal.Signals(number).name}: nothing left "
+                                 "behind, --output untouched"))
       for number in STOP_SIGNALS),
 )
 # Every exit code and its meaning, exactly as --help prints them and README lists them.
