@@ -1142,28 +1142,47 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
 
 class _Gated:
     """sqlite3 as one holder's library sees it in the statement mode: each connection waits
-    for no lock (SQLite's busy timeout 0) and stops before each statement it is given."""
+    for no lock (SQLite's busy timeout 0) and stops before each statement it is given, by any
+    of its methods or its cursors'.  A statement run otherwise is noted by SQLite's trace
+    callback, and the search fails: it could not have stopped there."""
 
     def __init__(self, worker: "_Worker") -> None:
+        class Cursor(sqlite3.Cursor):
+            def execute(self, sql: str, parameters: Any = (), /) -> Any:
+                return _stepped(worker, self.connection, sql,
+                                lambda: super(Cursor, self).execute(sql, parameters))
+
+            def executemany(self, sql: str, parameters: Any, /) -> Any:
+                return _stepped(worker, self.connection, sql,
+                                lambda: super(Cursor, self).executemany(sql, parameters))
+
+            def executescript(self, script: str, /) -> Any:
+                return _stepped(worker, self.connection, script,
+                                lambda: super(Cursor, self).executescript(script))
+
         class Connection(sqlite3.Connection):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, **{**kwargs, "timeout": 0})
                 worker.connections.append(self)
+                self.set_trace_callback(worker.traced)
 
-            def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-                worker.before(sql)
-                began = self.in_transaction
-                try:
-                    cursor = super().execute(sql, parameters)
-                except sqlite3.OperationalError as exc:
-                    worker.busy = sql if _is_busy(exc) else None
-                    raise
-                # The write lock taken: by BEGIN IMMEDIATE or EXCLUSIVE, or by a write.
-                worker.writing = self.in_transaction and (worker.writing or _WRITES.match(sql)
-                                                          is not None)
-                worker.committed |= began and not self.in_transaction and sql.strip().upper() in (
-                    "COMMIT", "END")
-                return cursor
+            def cursor(self, factory: Any = Cursor) -> Any:
+                return super().cursor(factory)
+
+            def execute(self, sql: str, parameters: Any = (), /) -> Any:
+                return self.cursor().execute(sql, parameters)
+
+            def executemany(self, sql: str, parameters: Any, /) -> Any:
+                return self.cursor().executemany(sql, parameters)
+
+            def executescript(self, script: str, /) -> Any:
+                return self.cursor().executescript(script)
+
+            def commit(self) -> None:
+                _stepped(worker, self, "COMMIT", super().commit)
+
+            def rollback(self) -> None:
+                _stepped(worker, self, "ROLLBACK", super().rollback)
 
         self._connection = Connection
 
@@ -1174,6 +1193,27 @@ class _Gated:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(sqlite3, name)
+
+
+def _stepped(worker: "_Worker", connection: sqlite3.Connection, sql: str,
+             run: Callable[[], Any]) -> Any:
+    """Run one statement (or a script, as one) of a holder's, once the scheduler lets it, and
+    note what it did to SQLite's locks."""
+    worker.before(sql)
+    began, worker.allowed = connection.in_transaction, True
+    try:
+        result = run()
+    except sqlite3.OperationalError as exc:
+        worker.busy = sql if _is_busy(exc) else None
+        raise
+    finally:
+        worker.allowed = False
+    # The write lock taken: by BEGIN IMMEDIATE or EXCLUSIVE, or by a write.
+    worker.writing = connection.in_transaction and (worker.writing or _WRITES.match(sql)
+                                                    is not None)
+    worker.committed |= began and not connection.in_transaction and sql.strip().upper() in (
+        "COMMIT", "END")
+    return result
 
 
 class _Libraries:
@@ -1212,6 +1252,8 @@ class _Worker:
         self.objects: list[Any] = []
         self.gated = self.dead = self.committed = self.stopped = False
         self.busy: str | None = None  # the statement SQLite's lock last refused
+        self.allowed = False  # a statement it stopped before is running
+        self.ungated: str | None = None  # a statement that ran without stopping first
         self.writing = False  # it holds SQLite's write lock
         self.thread = threading.Thread(target=self._main, name=f"holder {'ABCDEFGH'[h]}",
                                        daemon=True)
@@ -1230,6 +1272,11 @@ class _Worker:
         if order != "go":  # "die", or None: the search is stopping
             self.dead, self.stopped = True, order is None
             raise _Died
+
+    def traced(self, sql: str) -> None:
+        """SQLite's trace callback: every statement a connection runs, as it starts."""
+        if self.gated and not self.allowed and self.ungated is None:
+            self.ungated = sql
 
     def _open(self) -> None:
         self.library = library = self.libraries.take(_Gated(self))
@@ -1352,6 +1399,10 @@ class _Run:
                                f"{self.said[-1:] or 'opening'}") from None
         if kind == "broken":
             raise what
+        if self.workers[h].ungated is not None:
+            raise RuntimeError(f"explore.py --statements: holder {'ABCDEFGH'[h]}'s library ran "
+                               f"{self.workers[h].ungated!r} where the explorer could not stop "
+                               "it: not through a connection's or a cursor's methods")
         if kind == "paused":
             self.status[h], (self.sql[h], self.blocked[h], self.writing[h]) = "paused", what
             return

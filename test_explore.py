@@ -674,6 +674,15 @@ RACES = [
         "        with self._use(write=True) as connection:\n"
         "            held = None if row is None else row.live_lease(now)\n"))], ["linearizable"],
      ["B acquire at tick 0:", "  B SELECT"], (7, 0)),
+    ("a read before the transaction, through a cursor", [
+        ("                return self._connection.execute(sql, parameters)",
+         "                return self._connection.cursor().execute(sql, parameters)"),
+        (_READ_IN, (
+            "        with self._use(write=False) as connection:\n"
+            "            row = self._load(connection, resource)\n"
+            "        with self._use(write=True) as connection:\n"
+            "            held = None if row is None else row.live_lease(now)\n"))], ["linearizable"],
+     ["B acquire at tick 0:", "  B SELECT"], (7, 0)),
     ("a replay answered as a conflict", [
         ("return Outcome.REPLAY if value == stored[1] else Outcome.CONFLICT",
          "return Outcome.CONFLICT")], ["linearizable"],
@@ -749,6 +758,17 @@ class StatementTests(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stderr)
         clean = explore.explore(explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), statements=True)
         self.assertEqual(json.loads(run.stdout), clean["after_a_crash"])
+
+    def test_a_statement_run_where_the_explorer_cannot_stop_it_fails_the_run_naming_it(
+        self,
+    ) -> None:
+        unstoppable = [("                return self._connection.execute(sql, parameters)",
+                        ("                return sqlite3.Connection.execute(self._connection, sql,"
+                        " parameters)"))]
+        run = _explore_broken(self, unstoppable, ["--statements"])
+        self.assertEqual(run.returncode, 70, run.stdout)
+        self.assertIn("library ran 'BEGIN IMMEDIATE' where the explorer could not stop it",
+                      run.stderr)
 
     def test_a_library_copy_is_taken_again_only_as_it_was_made(self) -> None:
         libraries = explore._Libraries()
