@@ -1429,18 +1429,21 @@ class _Run:
                 self._heard(h)
 
 
-def _linearized(bound: Bound, calls: list[_Call]) -> list[tuple[_Call, Event]] | None:
+def _linearized(bound: Bound, calls: list[_Call],
+                final: Any = None) -> list[tuple[_Call, Event]] | None:
     """An order of `calls`, one at a time, that gives each answer they gave, with the answer
-    of each: a call comes after every call that ended before it began; a call whose holder
-    died in it is in the order if it committed, and may be if not (its effect is unknown).
-    None if there is no such order."""
+    of each, and leaves what the file holds at the end (`final`, if given: each resource's
+    stored pair at the fenced receiver and the authority's row): a call comes after every
+    call that ended before it began; a call whose holder died in it is in the order if it
+    committed, and may be if not (its effect is unknown).  None if there is no such order."""
     records = (Record.empty(bound.holders),) * bound.resources
 
     def order(placed: frozenset[int], records: tuple[Record, ...]
               ) -> list[tuple[_Call, Event]] | None:
         waiting = [i for i in range(len(calls)) if i not in placed]
-        if all(calls[i].event is None and not calls[i].committed for i in waiting):
-            return []
+        if not waiting:
+            held = tuple((record.stored[0], record.lease) for record in records)
+            return [] if final is None or held == final else None
         for i in waiting:
             call = calls[i]
             if any(calls[j].end < call.start for j in waiting if j != i):
@@ -1546,7 +1549,7 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
             run.end()
         counts["played"] += 1
         counts["crash schedules" if run.died else "interleavings"] += 1
-        failed = _judged_statements(bound, run.calls, stuck, saw)
+        failed = _judged_statements(bound, run.calls, stuck, saw, _held(bound, keeper))
         for check in failed:
             violations[check] += 1
             failures.setdefault(check, [*run.said, *failed[check]])
@@ -1583,8 +1586,21 @@ def _emptied(keeper: sqlite3.Connection) -> None:
         raise
 
 
+def _held(bound: Bound, keeper: sqlite3.Connection) -> Any:
+    """What the file holds at the end, read with the explorer's own SQL: each resource's pair
+    at the fenced receiver, and the authority's row, as the record keeps them."""
+    try:
+        return tuple((keeper.execute(
+            "SELECT stored_epoch, stored_value FROM receiver_decisions WHERE fenced = 1 AND"
+            " resource = ? ORDER BY seq DESC LIMIT 1", (resource,)).fetchone(), keeper.execute(
+            "SELECT holder, epoch, expires_at FROM leases WHERE resource = ?",
+            (resource,)).fetchone()) for resource in RESOURCES[: bound.resources])
+    except sqlite3.Error as exc:  # the tables are not as the library makes them
+        return ("unreadable", str(exc))
+
+
 def _judged_statements(bound: Bound, calls: list[_Call], stuck: list[int],
-                       saw: Counter[str]) -> dict[str, list[str]]:
+                       saw: Counter[str], final: Any = None) -> dict[str, list[str]]:
     """The checks one played interleaving fails, each with why; and what each retry after a
     crash answered, counted in `saw`."""
     failed: dict[str, list[str]] = {}
@@ -1599,8 +1615,9 @@ def _judged_statements(bound: Bound, calls: list[_Call], stuck: list[int],
         failed["linearizable"] = [f"  {'ABCDEFGH'[h]} waits for a lock nobody will give back"
                                   for h in stuck]
         return failed
-    if _linearized(bound, calls) is None:
-        failed["linearizable"] = ["  no one-at-a-time order of these calls gives these answers"]
+    if _linearized(bound, calls, final) is None:
+        failed["linearizable"] = [("  no one-at-a-time order of these calls gives these answers,"
+                                  " and leaves what the file holds")]
     return failed
 
 

@@ -747,6 +747,22 @@ class StatementTests(unittest.TestCase):
         self.assertIsNotNone(explore._linearized(bound, [died._replace(committed=False), after]),
                              "A's grant may never have happened")
 
+    def test_the_order_found_must_leave_what_the_file_holds_not_only_give_the_answers(
+        self,
+    ) -> None:
+        bound = explore.Bound(2, (WRITE,), last_tick=0, ttl=1)
+        writes = []
+        for h, epoch, start, end in ((0, 1, 1, 4), (1, 2, 2, 3)):  # overlapping
+            step = bound.step(h, 0, 0)
+            lease = leases.Lease(run_experiment.RESOURCE, step.actor, epoch, epoch)
+            answer = run_experiment.Event(step.actor, WRITE, 0, "applied", epoch, None,
+                                          step.value, epoch, step.value)
+            writes.append(explore._Call(h, step, lease, answer, lease, True, start, end))
+        self.assertIsNotNone(explore._linearized(bound, writes, (((2, "B1"), None),)),
+                             "A's write, then B's")
+        self.assertIsNone(explore._linearized(bound, writes, (((1, "A1"), None),)),
+                          "no order of two applied writes leaves the lower epoch stored")
+
     def test_a_holder_that_died_runs_nothing_more_not_even_its_librarys_error_handler(
         self,
     ) -> None:
