@@ -1297,7 +1297,14 @@ class _Worker:
             self._open()
             self.told.put(("idle", self.h, None))
             while (order := self.go.get()) is not None:
+                if order == "restart":  # it kept a transaction open past its calls
+                    self._close()
+                    self._open()
+                    self.told.put(("idle", self.h, None))
+                    continue
                 step, held = order
+                if held is not None and self.library is not None:  # a new process reads its
+                    held = self.library.Lease(*dataclasses.astuple(held))  # lease anew
                 self.gated, self.committed = True, False
                 try:
                     authority, receiver = self.objects
@@ -1399,10 +1406,11 @@ class _Run:
                                f"{self.said[-1:] or 'opening'}") from None
         if kind == "broken":
             raise what
-        if self.workers[h].ungated is not None:
+        ungated, self.workers[h].ungated = self.workers[h].ungated, None
+        if ungated is not None:
             raise RuntimeError(f"explore.py --statements: holder {'ABCDEFGH'[h]}'s library ran "
-                               f"{self.workers[h].ungated!r} where the explorer could not stop "
-                               "it: not through a connection's or a cursor's methods")
+                               f"{ungated!r} where the explorer could not stop it: not through "
+                               "a connection's or a cursor's methods")
         if kind == "paused":
             self.status[h], (self.sql[h], self.blocked[h], self.writing[h]) = "paused", what
             return
@@ -1422,10 +1430,14 @@ class _Run:
                 self.said.append(f"  {'ABCDEFGH'[h]} {said}")
 
     def end(self) -> None:
-        """Let every holder still stopped before a statement die there: each is idle after."""
+        """Let every holder still stopped before a statement die there, and start again every
+        one that keeps a transaction open past its calls: each is idle, holding no lock."""
         for h, worker in enumerate(self.workers):
             if self.status[h] == "paused":
                 worker.go.put("die")
+                self._heard(h)
+            if any(_open_transaction(connection) for connection in worker.connections):
+                worker.go.put("restart")
                 self._heard(h)
 
 
@@ -1535,9 +1547,11 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
                 going = choices[-1][1] if choices and ("run", choices[-1][1]) in enabled else None
                 if not run.died:  # after a crash, one way on: each holder in turn, to its end
                     for other in reversed(enabled):
+                        if other == taken:  # a crash may be the only choice left
+                            continue
                         if other[0] == "die":
                             crashing.append((*choices, other))
-                        elif other != taken:
+                        else:
                             more = switches + (going is not None and other[1] != going)
                             pending.setdefault(more, []).append((*choices, other))
                 switches += going is not None and taken[1] != going
@@ -1567,6 +1581,13 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
         "violations": {check: violations[check] for check in STATEMENT_CHECKS},
         "failures": failures,
     }
+
+
+def _open_transaction(connection: sqlite3.Connection) -> bool:
+    try:
+        return connection.in_transaction
+    except sqlite3.ProgrammingError:  # closed
+        return False
 
 
 def _emptied(keeper: sqlite3.Connection) -> None:

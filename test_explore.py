@@ -775,6 +775,17 @@ class StatementTests(unittest.TestCase):
         clean = explore.explore(explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), statements=True)
         self.assertEqual(json.loads(run.stdout), clean["after_a_crash"])
 
+    def test_a_release_split_over_two_transactions_fails_where_a_release_meets_a_takeover(
+        self,
+    ) -> None:
+        split = [("            self._current_or_lost(connection, lease, None)\n",
+                  ("            self._current_or_lost(connection, lease, None)\n"
+                  "        with self._use(write=True) as connection:\n"))]
+        run = _explore_broken(self, split, ["--statements", "--program", "acquire", "release",
+                                            "--last-tick", "1"])
+        self.assertEqual(run.returncode, 1, run.stderr)
+        self.assertIn("  checks failed: linearizable", run.stdout)
+
     def test_a_statement_run_where_the_explorer_cannot_stop_it_fails_the_run_naming_it(
         self,
     ) -> None:
