@@ -790,8 +790,7 @@ class StatementTests(unittest.TestCase):
         self,
     ) -> None:
         unstoppable = [("                return self._connection.execute(sql, parameters)",
-                        ("                return sqlite3.Connection.execute(self._connection, sql,"
-                        " parameters)"))]
+                        "                return sqlite3.Cursor(self._connection).execute(sql, parameters)")]
         run = _explore_broken(self, unstoppable, ["--statements"])
         self.assertEqual(run.returncode, 70, run.stdout)
         self.assertIn("library ran 'BEGIN IMMEDIATE' where the explorer could not stop it",
