@@ -683,6 +683,10 @@ RACES = [
             "        with self._use(write=True) as connection:\n"
             "            held = None if row is None else row.live_lease(now)\n"))], ["linearizable"],
      ["B acquire at tick 0:", "  B SELECT"], (7, 0)),
+    ("a stored pair written wrong, though answered right", [
+        ("(self.fenced, resource, seq + 1, outcome.value, epoch, value, *stored),",
+         '(self.fenced, resource, seq + 1, outcome.value, epoch, value, stored[0], "x"),')],
+     ["linearizable"], ["A acquire at tick 0:"], (1, 0)),
     ("a replay answered as a conflict", [
         ("return Outcome.REPLAY if value == stored[1] else Outcome.CONFLICT",
          "return Outcome.CONFLICT")], ["linearizable"],
