@@ -1297,11 +1297,6 @@ class _Worker:
             self._open()
             self.told.put(("idle", self.h, None))
             while (order := self.go.get()) is not None:
-                if order == "restart":  # it kept a transaction open past its calls
-                    self._close()
-                    self._open()
-                    self.told.put(("idle", self.h, None))
-                    continue
                 step, held = order
                 if held is not None and self.library is not None:  # a new process reads its
                     held = self.library.Lease(*dataclasses.astuple(held))  # lease anew
@@ -1309,6 +1304,9 @@ class _Worker:
                 try:
                     authority, receiver = self.objects
                     kept, event = perform(step, held, authority, receiver, self.resource)
+                    self.gated = False
+                    if left := _kept(self.connections):  # as the step mode's model check says
+                        event = _raised(step, RuntimeError(f"{step.action.value} {left}"))
                 except _Died:  # a new process: it opens the file as the library does
                     self.gated = False
                     self._close()
@@ -1388,8 +1386,7 @@ class _Run:
             self.begun[h] = step, self.taken
             self.said.append(f"{actor} {step.action.value} at tick {self.tick}:")
             worker.go.put((step, self.held[h]))
-        elif kind == "run":  # it has moved: each holder SQLite's lock refused may try again
-            self.blocked = [False] * self.bound.holders
+        elif kind == "run":
             self.said.append(f"  {actor} {self.sql[h]}")
             worker.go.put("go")
         else:
@@ -1397,6 +1394,8 @@ class _Run:
             self.said.append(f"  {actor} dies before {self.sql[h]}")
             worker.go.put("die")
         self._heard(h)
+        if kind == "run" and not self.blocked[h]:  # it has moved, not only been refused again:
+            self.blocked = [False] * self.bound.holders  # each holder refused may try again
 
     def _heard(self, h: int) -> None:
         try:
@@ -1430,14 +1429,10 @@ class _Run:
                 self.said.append(f"  {'ABCDEFGH'[h]} {said}")
 
     def end(self) -> None:
-        """Let every holder still stopped before a statement die there, and start again every
-        one that keeps a transaction open past its calls: each is idle, holding no lock."""
+        """Let every holder still stopped before a statement die there: each is idle."""
         for h, worker in enumerate(self.workers):
             if self.status[h] == "paused":
                 worker.go.put("die")
-                self._heard(h)
-            if any(_open_transaction(connection) for connection in worker.connections):
-                worker.go.put("restart")
                 self._heard(h)
 
 
@@ -1581,13 +1576,6 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
         "violations": {check: violations[check] for check in STATEMENT_CHECKS},
         "failures": failures,
     }
-
-
-def _open_transaction(connection: sqlite3.Connection) -> bool:
-    try:
-        return connection.in_transaction
-    except sqlite3.ProgrammingError:  # closed
-        return False
 
 
 def _emptied(keeper: sqlite3.Connection) -> None:

@@ -7,6 +7,7 @@ test_leases.py.  Nothing here sleeps; a stop is simulated by noting it.
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import gc
 import io
@@ -15,12 +16,15 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import types
 import unittest
+from collections import Counter
 from typing import Any
 from unittest import mock
 
@@ -570,8 +574,19 @@ class CheckTests(unittest.TestCase):
             self.assertEqual(same, "True")
             self.assertGreater(int(states), _tables()["two writes, no expiry"]["states"],
                                "what the receivers remember is in the state")
+        counting = [(_GLOBAL, _GLOBAL + "_CHECKED: list[int] = []  # leases checked, by epoch\n"),
+                    ("    _check_int(\"lease.epoch\", value.epoch, minimum=1)\n",
+                     ("    _check_int(\"lease.epoch\", value.epoch, minimum=1)\n"
+                     "    _CHECKED.append(value.epoch)\n"))]
+        for name, edits in (("a cache", VALIDATED), ("a count in a global", counting)):
+            with self.subTest(f"at each statement, {name}: a new process reads its lease anew"):
+                run = _explore_broken(self, edits, ["--statements", "--holders", "1", "--program",
+                                                    "acquire", "write", "release",
+                                                    "--last-tick", "1", "--ttl", "1"])
+                self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+                self.assertIn("release, not committed: released", run.stdout)
 
-    def test_a_library_that_leaves_a_transaction_open_is_found_at_once_in_both_modes(
+    def test_a_library_that_leaves_a_transaction_open_is_found_at_once_in_every_mode(
         self,
     ) -> None:
         def left_open(begin: str) -> list[tuple[str, str]]:
@@ -602,6 +617,15 @@ class CheckTests(unittest.TestCase):
                 " last_tick=1, ttl=1), brute_force=True)\n"))
             self.assertNotEqual(run.returncode, 0)
             self.assertIn("sqlite3.OperationalError: database is locked", run.stderr)
+        kept_after = [("                connection.checkpoint()  #",
+                       ('                self._connection.execute("BEGIN")\n'
+                       "                connection.checkpoint()  #"))]
+        for mode in ([], ["--statements"]):  # by a holder's last call: nothing else shows it
+            with self.subTest("a read left open after each call", mode=mode):
+                run = _explore_broken(self, kept_after, [
+                    *mode, "--holders", "1", "--program", "acquire", "--last-tick", "0"])
+                self.assertEqual(run.returncode, 1, run.stderr)
+                self.assertIn("raised RuntimeError: acquire left a transaction open", run.stdout)
 
     def test_the_asking_receiver_rolls_back_a_write_that_fails_and_stays_usable(self) -> None:
         path = os.path.join(_folder(self), "asking.sqlite3")
@@ -658,6 +682,273 @@ REPORT = [
 ]
 
 
+# --- an independent brute force of the statement mode ---
+#
+# Every interleaving of the holders' SQL statements, and each with one crash before a
+# statement, played whole from a copy of a file set up once, and counted as
+# explore.explore(bound, statements=True) counts.  It shares with the search only what says
+# what is played and how it is judged (Bound.step, perform, the library copy explore._library
+# makes, explore._Call and explore._judged_statements); nothing of how the search stops a
+# holder, schedules it, or enumerates: here each connection is a proxy (not a subclass), each
+# process a new copy of the library (none reused), the handoffs one threading.Condition (not
+# queues), and the enumeration replays a script of choice indices and turns it like an
+# odometer, checking that each replay meets the same choices.
+
+
+class _Gone(BaseException):
+    """In a holder whose process is gone: none of its statements runs any more."""
+
+
+_WRITERS = {"INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER"}
+
+
+class _ProxyConnection:
+    """A connection of a brute-force holder's library: busy timeout 0, every statement through
+    the holder's gate, and one that runs past it noted by SQLite's trace callback."""
+
+    def __init__(self, holder: "_BruteHolder", *args: Any, **kwargs: Any) -> None:
+        self.holder = holder
+        self.real: sqlite3.Connection = sqlite3.connect(*args, **{**kwargs, "timeout": 0})
+        self.real.set_trace_callback(holder.traced)
+        holder.connections.append(self.real)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        holder, real = self.holder, self.real
+        holder.gate(sql)
+        began, holder.refused, holder.let = real.in_transaction, None, True
+        try:
+            cursor = real.execute(sql, parameters)
+        except sqlite3.OperationalError as exc:
+            code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+            if ("database is locked" in str(exc)) if code is None else code & 0xFF == 5:
+                holder.refused = sql  # SQLITE_BUSY: the lock refused it
+            raise
+        finally:
+            holder.let = False
+        words, now = re.findall(r"\w+", sql.upper())[:2], real.in_transaction
+        holder.writing = now and (holder.writing or words[0] in _WRITERS or words in (
+            ["BEGIN", "IMMEDIATE"], ["BEGIN", "EXCLUSIVE"]))
+        holder.committed |= began and not now and words[0] in ("COMMIT", "END")
+        return cursor
+
+
+class _BruteHolder:
+    """One holder in one brute-force run: a thread playing its steps through a library copy of
+    its own, stopped before each statement of a step until told "run", "die" or "quit"."""
+
+    def __init__(self, run: "_BruteRun", h: int) -> None:
+        self.run, self.h, self.actor = run, h, "ABCDEFGH"[h]
+        self.state = "opening"
+        self.order: Any = None
+        self.result: tuple[Any, Any] | None = None
+        self.failure: BaseException | None = None
+        self.let = self.writing = self.committed = self.gated = False
+        self.refused: str | None = None  # its last statement, if SQLite's lock refused it
+        self.sql = ""  # the statement it stopped before
+        self.dead = ""  # why it runs no statement any more
+        self.connections: list[sqlite3.Connection] = []
+        self.thread = threading.Thread(target=self.main, daemon=True)
+        self.thread.start()
+
+    def traced(self, sql: str) -> None:
+        if not self.let:
+            self.run.strays.append(sql)
+
+    def settle(self, state: str) -> Any:
+        """Tell the scheduler this holder is `state`, and wait for its next order."""
+        with self.run.cond:
+            self.state = state
+            self.run.cond.notify_all()
+            if not self.run.cond.wait_for(lambda: self.order is not None, TIMEOUT):
+                self.dead, self.failure = "hung", RuntimeError(f"{self.actor}: no order")
+                raise _Gone
+            order, self.order = self.order, None
+            return order
+
+    def gate(self, sql: str) -> None:
+        self.sql = sql
+        if not self.dead and self.gated and (order := self.settle("paused")) != "run":
+            self.dead = order
+        if self.dead:
+            raise _Gone
+
+    def open(self) -> None:
+        """A new process: a new copy of the library, which opens the file ungated."""
+        sqlite = types.SimpleNamespace(**vars(sqlite3))
+        sqlite.connect = lambda *args, **kwargs: _ProxyConnection(self, *args, **kwargs)
+        self.library = explore._library(explore._Clock(), sqlite)
+        self.connections, self.dead, self.writing = [], "", False
+        path = self.run.path
+        self.objects = [self.library.LeaseAuthority(path), self.library.Receiver(path)]
+
+    def close(self) -> None:
+        """SQLite rolls back what was not committed, as for a process that died."""
+        for connection in self.connections:
+            connection.close()
+
+    def main(self) -> None:
+        resource = explore.RESOURCES[self.run.bound.resource(self.h)]
+        try:
+            self.open()
+            while (order := self.settle("idle")) != "quit":
+                step, held = order
+                self.gated, self.committed = True, False
+                try:  # a lease is data: a new process reads it into its own Lease class
+                    lease = held and self.library.Lease(**dataclasses.asdict(held))
+                    authority, receiver = self.objects
+                    kept, event = run_experiment.perform(step, lease, authority, receiver,
+                                                         resource)
+                except _Gone:
+                    if self.dead != "die":
+                        return
+                    self.gated = False
+                    self.close()
+                    self.open()
+                    kept, event = held, None
+                except Exception as exc:  # noqa: BLE001 - a broken library: an answer
+                    kept, event = held, explore._raised(step, exc)
+                self.gated, self.result = False, (kept, event)
+        except BaseException as exc:  # noqa: BLE001 - the scheduler raises it
+            self.failure = self.failure or exc
+        finally:
+            self.close()
+            with self.run.cond:
+                self.state = "gone"
+                self.run.cond.notify_all()
+
+
+class _BruteRun:
+    """One interleaving: the holders, opened one at a time, and what the scheduler knows."""
+
+    def __init__(self, bound: explore.Bound, path: str) -> None:
+        self.bound, self.path, self.cond = bound, path, threading.Condition()
+        self.strays: list[str] = []
+        self.tick = self.taken = 0
+        self.died = False
+        self.calls: list[explore._Call] = []
+        n = bound.holders
+        self.blocked, self.position = [False] * n, [0] * n
+        self.held: list[Any] = [None] * n
+        self.begun: list[Any] = [None] * n
+        self.holders: list[_BruteHolder] = []
+        for h in range(n):
+            self.holders.append(_BruteHolder(self, h))
+            self.wait(self.holders[h], "opening")
+
+    def wait(self, holder: _BruteHolder, doing: str) -> None:
+        with self.cond:
+            if not self.cond.wait_for(lambda: holder.state in ("paused", "idle", "gone"),
+                                      TIMEOUT):
+                raise RuntimeError(f"holder {holder.actor} hung {doing}")
+        if holder.state == "gone":
+            raise RuntimeError(f"holder {holder.actor} failed {doing}") from holder.failure
+
+    def choices(self) -> list[tuple[Any, ...]]:
+        crash = [] if self.died else ["die"]
+        paused = [h for h, holder in enumerate(self.holders) if holder.state == "paused"]
+        for h in paused:  # what it does until COMMIT, no other holder sees
+            if self.holders[h].writing and not self.blocked[h]:
+                return [(kind, h) for kind in ["run", *crash]]
+        found: list[tuple[Any, ...]] = []
+        for h, holder in enumerate(self.holders):  # holder by holder, as the search lists them
+            if h in paused:
+                found += [(kind, h) for kind in ["run"] * (not self.blocked[h]) + crash]
+            elif holder.state == "idle" and self.position[h] < len(self.bound.program):
+                found += [("start", h, t) for t in range(self.tick, self.bound.last_tick + 1)]
+        return found
+
+    def take(self, choice: tuple[Any, ...]) -> None:
+        kind, h, *tick = choice
+        holder, order, self.taken = self.holders[h], kind, self.taken + 1
+        if kind == "start":
+            self.tick = tick[0]
+            step = self.bound.step(h, self.position[h], self.tick)
+            self.begun[h], order = (step, self.taken), (step, self.held[h])
+        elif kind != "run":
+            self.died = True
+        with self.cond:
+            holder.order, holder.state = order, "moving"
+            self.cond.notify_all()
+        self.wait(holder, f"at choice {self.taken}, {choice}")
+        refused = holder.state == "paused" and holder.sql == holder.refused  # to try it again
+        if kind == "run" and not refused:  # a holder moved: each one refused may try again
+            self.blocked = [False] * self.bound.holders
+        self.blocked[h] = refused
+        if holder.result is not None:
+            (kept, event), holder.result = holder.result, None
+            self.ended(h, event, kept)
+
+    def ended(self, h: int, event: Any, kept: Any) -> None:
+        step, start = self.begun[h]
+        self.calls.append(explore._Call(h, step, self.held[h], event, kept,
+                                        self.holders[h].committed, start, self.taken))
+        if event is not None:  # a holder that died takes the same step again
+            self.position[h], self.held[h] = self.position[h] + 1, kept
+
+    def close(self) -> None:
+        with self.cond:
+            for holder in self.holders:
+                if holder.state in ("paused", "idle"):
+                    holder.order, holder.state = "quit", "moving"
+            self.cond.notify_all()
+        for holder in self.holders:
+            holder.thread.join(TIMEOUT)
+            if holder.thread.is_alive():
+                raise RuntimeError(f"holder {holder.actor} did not end after choice {self.taken}")
+
+
+def _brute_play(bound: explore.Bound, path: str, script: list[tuple[int, int]]
+                ) -> tuple[list[int], list[int], _BruteRun, list[int]]:
+    """Take the choices `script` names (each an index, and how many there were), then the first
+    at each point to the end: the index taken and the number of choices at each point, the run
+    and the holders left waiting for a lock."""
+    run, taken, widths = _BruteRun(bound, path), list[int](), list[int]()
+    try:
+        while choices := run.choices():
+            width, k = 1 if run.died else len(choices), len(taken)  # after a crash, one way on
+            i, known = script[k] if k < len(script) else (0, width)
+            if known != width:
+                raise RuntimeError(f"the replay of {script} differs at choice {k + 1}")
+            taken.append(i)
+            widths.append(width)
+            run.take(choices[i])
+        stuck = [h for h, holder in enumerate(run.holders) if holder.state == "paused"]
+        for h in stuck:  # each dies there, its call heard with no answer
+            run.ended(h, None, run.held[h])
+    finally:
+        run.close()
+    if run.strays:
+        raise RuntimeError(f"statements ran past the gate: {run.strays}")
+    return taken, widths, run, stuck
+
+
+def _statements_brute_force(bound: explore.Bound, folder: str) -> dict[str, Any]:
+    """The statement mode's counts for `bound`, every interleaving played whole."""
+    template, path = (os.path.join(folder, name) for name in ("template.sqlite3", "run.sqlite3"))
+    for store in explore._opened(template):
+        store.close()
+    counts, saw, violations = Counter[str](), Counter[str](), Counter[str]()
+    script: list[tuple[int, int]] | None = []
+    while script is not None:
+        shutil.copyfile(template, path)
+        taken, widths, run, stuck = _brute_play(bound, path, script)
+        for name in set(os.listdir(folder)) - {"template.sqlite3"}:
+            os.remove(os.path.join(folder, name))
+        counts["points"] += len(taken) - len(script) + 1  # the points this script found first
+        counts["crash_schedules" if run.died else "interleavings"] += 1
+        violations.update(explore._judged_statements(bound, run.calls, stuck, saw).keys())
+        turn = max((k for k, (i, width) in enumerate(zip(taken, widths)) if i + 1 < width),
+                   default=None)  # the last point with a choice left
+        script = None if turn is None else [*zip(taken[:turn], widths[:turn]),
+                                             (taken[turn] + 1, widths[turn])]
+    return {"interleavings": counts["interleavings"], "crash_schedules": counts["crash_schedules"],
+            "points": counts["points"], "after_a_crash": dict(sorted(saw.items())),
+            "violations": {check: violations[check] for check in explore.STATEMENT_CHECKS}}
+
+
 # The statement mode's breakages: (the name, the edits, the checks the first failing
 # interleaving fails, how its witness begins, and the interleavings and crash schedules played
 # up to it, itself included).
@@ -665,6 +956,7 @@ _IMMEDIATE = 'connection.execute("BEGIN IMMEDIATE")'
 _READ_IN = ("        with self._use(write=True) as connection:\n"
             "            row = self._load(connection, resource)\n"
             "            held = None if row is None else row.live_lease(now)\n")
+NEVER_COMMITTED = [('                    connection.execute("COMMIT")  #', "                    pass  #")]
 RACES = [
     ("a deferred `BEGIN`", [(_IMMEDIATE, 'connection.execute("BEGIN")')], ["linearizable"],
      ["B acquire at tick 0:", "  B BEGIN", "  B SELECT"], (9, 0)),
@@ -691,9 +983,9 @@ RACES = [
         ("return Outcome.REPLAY if value == stored[1] else Outcome.CONFLICT",
          "return Outcome.CONFLICT")], ["linearizable"],
      ["A acquire at tick 0:", "B acquire at tick 0:"], (130, 1)),
-    ("a transaction never committed", [
-        ('                    connection.execute("COMMIT")  #', "                    pass  #")],
-     ["linearizable"], ["A acquire at tick 0:", "  A BEGIN IMMEDIATE"], (1, 0)),
+    ("a transaction never committed", NEVER_COMMITTED, ["linearizable"],
+     ["A acquire at tick 0:", "  A BEGIN IMMEDIATE", "  A SELECT", "  A INSERT", "  A PRAGMA",
+      "  A raised RuntimeError: acquire left a transaction open"], (0, 1)),
 ]
 
 
@@ -739,6 +1031,32 @@ class StatementTests(unittest.TestCase):
                                   zip(shown.splitlines(), witness)], witness)
                 self.assertEqual(re.sub(r"[\d.]+ s\b", "", first.stdout),
                                  re.sub(r"[\d.]+ s\b", "", again.stdout), "the same every run")
+
+    def test_a_brute_force_of_its_own_playing_each_interleaving_whole_gives_the_same_counts(
+        self,
+    ) -> None:
+        for bound, counts in (
+                (explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), (14, 80, 661)),
+                (explore.Bound(1, (ACQUIRE, WRITE, RELEASE), last_tick=1, ttl=1), (4, 45, 548)),
+                (explore.STATEMENTS_BOUND, (130, 644, 6305))):
+            with self.subTest(bound=bound):
+                whole = _statements_brute_force(bound, _folder(self))
+                searched = explore.explore(bound, statements=True)
+                self.assertEqual((whole["interleavings"], whole["crash_schedules"],
+                                  whole["points"]), counts)
+                self.assertEqual(whole, {key: searched[key] for key in whole})
+
+    def test_a_holder_the_lock_refused_tries_again_once_another_moved_and_a_lock_kept_fails(
+        self,
+    ) -> None:
+        run = _explore_broken(self, NEVER_COMMITTED, ["--statements"])
+        self.assertEqual(run.returncode, 1, run.stderr)
+        shown = run.stdout.split("the first interleaving failing 'linearizable':\n")[1]
+        self.assertEqual(shown.splitlines()[-3:], [
+            "  A raised RuntimeError: write left a transaction open",
+            "  B BEGIN IMMEDIATE", "  B waits for a lock nobody will give back"])
+        self.assertEqual(shown.splitlines().count("  B BEGIN IMMEDIATE"), 2,
+                         "tried again once A moved, not while A too was only refused")
 
     def test_a_committed_call_whose_holder_died_is_in_every_one_at_a_time_order(self) -> None:
         bound = explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1)
