@@ -1,9 +1,9 @@
 """Play every schedule of a small bound on the real code, and count what happened.
 
 A bound is H holders that all run one program of steps (acquire, renew, check, write,
-release), one ttl, the ticks 0..T, and one resource or two (A acquires the first, B the
-second, C the first, ...).  A schedule is an order of the holders' steps and the
-tick of each, refused steps included.  Each step is played through the scenario workers' own
+release, and retry: its last write sent again), one ttl, the ticks 0..T, and one resource or
+two (A acquires the first, B the second, C the first, ...).  A schedule is an order of the
+holders' steps and the tick of each, refused steps included.  Each step is played through the scenario workers' own
 code (run_experiment.perform) on the real authority and on three receivers in its file: the
 model's fenced and unfenced receivers, and AskingReceiver, a contrast that is NOT the model's
 receiver.
@@ -38,7 +38,8 @@ statement the holder may also die: its connections close with no COMMIT, as a pr
 when it is killed, and a new process takes the same step again; after a crash the rest is
 played one way.  Each interleaving is played whole, from the file emptied; the answers must be
 the model's in some one-at-a-time order of the calls (linearizable): a call taken again after a
-crash answers as the model says, a replay if its first try was applied.
+crash answers as the model says, a replay if its first try was applied.  A call that leaves a
+transaction open fails, as in the step mode.
 
     python3 explore.py [--holders N] [--program ACTION ...] [--last-tick T] [--ttl N]
                        [--resources N] [--statements] [--output PATH]
@@ -111,16 +112,32 @@ RESOURCES = (RESOURCE, "annual-report")
 _FIELDS = ("outcome", "epoch", "expires_at", "value", "stored_epoch", "stored_value")
 
 
+class Retry(str, enum.Enum):
+    """A program's word of explore's own, beside run_experiment's actions."""
+
+    RETRY = "retry"  # the holder's last write sent again, with the lease it holds now
+
+
+RETRY = Retry.RETRY
+
+
 @dataclass(frozen=True)
 class Bound:
     """Holders A, B, ... that all run `program`, acquiring or renewing for `ttl` ticks; with
     two `resources`, holders take turns: A acquires the first, B the second, C the first."""
 
     holders: int = 2
-    program: tuple[Action, ...] = (Action.ACQUIRE, Action.RENEW, Action.WRITE, Action.RELEASE)
+    program: tuple[Action | Retry, ...] = (Action.ACQUIRE, Action.RENEW, Action.WRITE,
+                                           Action.RELEASE)
     last_tick: int = 5
     ttl: int = 2
     resources: int = 1
+
+    def __post_init__(self) -> None:
+        if RETRY in self.program and Action.WRITE not in self.program[
+                : self.program.index(RETRY)]:
+            raise ValueError(f"a retry sends the holder's last write again: it needs a write "
+                             f"before it, got {' '.join(word.value for word in self.program)!r}")
 
     def resource(self, h: int) -> int:
         """The index in RESOURCES of the resource holder h acquires."""
@@ -128,8 +145,10 @@ class Bound:
 
     @functools.cache  # noqa: B019 - a few bounds, a few steps each
     def step(self, h: int, position: int, tick: int) -> Step:
-        """Holder h's step at `position`; its k-th write sends its name and k, as "A1"."""
-        actor, action = "ABCDEFGH"[h], self.program[position]
+        """Holder h's step at `position`; its k-th write sends its name and k, as "A1", and a
+        retry after it sends "A1" again."""
+        word = self.program[position]
+        actor, action = "ABCDEFGH"[h], Action.WRITE if word is RETRY else Action(word)
         timed = action in (Action.ACQUIRE, Action.RENEW)
         k = self.program[: position + 1].count(Action.WRITE)
         value = f"{actor}{k}" if action is Action.WRITE else None
@@ -1718,9 +1737,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser("explore.py", _DESCRIPTION, EXIT_CODES, _EXAMPLES)
     parser.add_argument("--holders", type=int, choices=range(1, 9), metavar="N",
                         help=f"holders A, B, ... (1 to 8, default: {Bound.holders})")
-    parser.add_argument("--program", nargs="+", choices=[a.value for a in Action],
+    parser.add_argument("--program", nargs="+", choices=[a.value for a in (*Action, RETRY)],
                         metavar="ACTION", help="what each holder does, in order, from: "
-                        f"{', '.join(a.value for a in Action)} (default: "
+                        f"{', '.join(a.value for a in Action)}, and retry: its last write "
+                        "again (default: "
                         f"{' '.join(a.value for a in Bound.program)})")
     parser.add_argument("--last-tick", type=int, choices=range(100), metavar="T",
                         help=f"ticks 0 to T (0 to 99, default: {Bound.last_tick})")
@@ -1734,15 +1754,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"(default bound: {_said_bound(_bound_json(STATEMENTS_BOUND))})")
     parser.add_argument("--output", metavar="PATH", help="also write the table as JSON to this "
                         "file, replacing it whole, or creating it")
-    return command("explore.py", lambda: _main(parser.parse_args(argv)))
+
+    def run() -> int:
+        args = parser.parse_args(argv)
+        given = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
+                 "resources": args.resources, "program": args.program and tuple(
+                     RETRY if word == RETRY else Action(word) for word in args.program)}
+        try:
+            bound = dataclasses.replace(STATEMENTS_BOUND if args.statements else Bound(), **{
+                name: value for name, value in given.items() if value is not None})
+        except ValueError as exc:  # a retry with no write before it
+            parser.error(str(exc))
+        return _main(args, bound)
+
+    return command("explore.py", run)
 
 
-def _main(args: argparse.Namespace) -> int:
-    given = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
-             "resources": args.resources,
-             "program": args.program and tuple(map(Action, args.program))}
-    bound = dataclasses.replace(STATEMENTS_BOUND if args.statements else Bound(), **{
-        name: value for name, value in given.items() if value is not None})
+def _main(args: argparse.Namespace, bound: Bound) -> int:
     target = None if args.output is None else output_target(args.output)
     if target is not None:  # found now, not once the whole exploration is lost
         _check_writable(target)

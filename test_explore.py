@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 TIMEOUT = 60.0  # bounds a hung run; no test waits for it to pass
 
 ACQUIRE, CHECK, WRITE = Action.ACQUIRE, Action.CHECK, Action.WRITE
-RENEW, RELEASE = Action.RENEW, Action.RELEASE
+RENEW, RELEASE, RETRY = Action.RENEW, Action.RELEASE, explore.RETRY
 BOUNDS = {
     "takeover": explore.Bound(2, (ACQUIRE, WRITE), last_tick=1, ttl=1),
     "two writes, no expiry": explore.Bound(2, (ACQUIRE, WRITE, WRITE), last_tick=1, ttl=2),
@@ -49,6 +49,8 @@ BOUNDS = {
     # README's bound in which three decisions reach a receiver: each holder writes twice.
     "three decisions": explore.Bound(2, (ACQUIRE, WRITE, WRITE), last_tick=1, ttl=1),
     "two resources": explore.Bound(2, (ACQUIRE, RENEW, WRITE), last_tick=1, ttl=1, resources=2),
+    # README's bound with a retry of a holder's last write, as after an unknown outcome.
+    "a retry": explore.Bound(2, (ACQUIRE, WRITE, RETRY), last_tick=1, ttl=1),
 }
 
 
@@ -198,6 +200,19 @@ class CountingTests(unittest.TestCase):
                 self.assertEqual(counts[name], 0, (receiver, name))
         self.assertEqual(table["bound"]["resources"], 2)
 
+    def test_a_retry_of_a_holders_last_write_is_a_replay_at_the_fenced_receiver_in_each_schedule(
+        self,
+    ) -> None:
+        table = _tables()["a retry"]
+        self.assertEqual(table["schedules"], 140)
+        classes = _classes("a retry")
+        self.assertEqual([classes[receiver]["replay"] for receiver in explore.RECEIVERS],
+                         [140, 0, 0], "the fenced receiver's replays, where unfenced applies")
+        self.assertEqual(classes["fenced"]["conflict"], 0)
+        with self.subTest("a program's retry needs a write before it"), self.assertRaisesRegex(
+                ValueError, "a retry sends the holder's last write again: it needs a write"):
+            explore.Bound(1, (ACQUIRE, RETRY, WRITE))
+
     def test_progress_is_said_every_2_s_with_how_far_the_search_is(self) -> None:
         now = [0.0]
 
@@ -251,6 +266,10 @@ BREAKAGES = [
                       'return WriteResult(outcome, resource, epoch, value, *(stored if self.fenced else (0, "?")))')],
      ["--holders", "1", "--program", "acquire", "write", "--last-tick", "0"],  # unfenced alone
      ["A acquire granted", "A write applied"], ["unfenced"]),
+    ("model", [("return Outcome.REPLAY if value == stored[1] else Outcome.CONFLICT",
+                "return Outcome.CONFLICT")],  # a retry refused as a second write
+     ["--program", "acquire", "write", "retry", "--last-tick", "1", "--ttl", "1"],
+     ["A acquire granted", "A write applied", "A write conflict"], ["fenced"]),
 ]
 
 
@@ -1016,6 +1035,15 @@ class StatementTests(unittest.TestCase):
                                 "write, not committed: applied": 12})
         self.assertEqual(table["violations"], {"linearizable": 0})
 
+    def test_a_retry_in_the_program_is_a_replay_and_after_a_crash_in_it_still_one(self) -> None:
+        table = explore.explore(explore.Bound(1, (ACQUIRE, WRITE, RETRY), last_tick=0, ttl=1),
+                                statements=True)
+        self.assertEqual(table["violations"], {"linearizable": 0})
+        self.assertEqual({what: count for what, count in table["after_a_crash"].items()
+                          if what.startswith("write")},
+                         {"write, committed: replay": 2, "write, not committed: applied": 4,
+                          "write, not committed: replay": 4})
+
     def test_each_race_and_wrong_retry_fails_at_readmes_bound_alike_on_every_run(self) -> None:
         for name, edits, checks, witness, played in RACES:
             with self.subTest(name):
@@ -1159,7 +1187,8 @@ class CommandLineTests(unittest.TestCase):
         self,
     ) -> None:
         missing = os.path.join(_folder(self), "missing", "table.json")
-        for argv in (["--holders", "0"], ["--program"], ["--output", missing],
+        for argv in (["--holders", "0"], ["--program"], ["--program", "acquire", "retry"],
+                     ["--output", missing],
                      ["--output", _folder(self)]):
             with self.subTest(argv=argv), mock.patch.object(explore, "explore") as explored:
                 code, out, err = _main(*argv)
