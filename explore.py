@@ -31,15 +31,17 @@ The contract:
 
 With `--statements`, the holders' calls interleave at each SQL statement instead: each holder
 plays in a thread of its own, through its own copy of the library, stopped before each
-statement; SQLite waits for no lock, and a holder its lock refused waits until another gives
-a lock back.  Statements of a holder that holds the write lock are no interleaving points (in
-WAL mode no other connection can see or change what it does before COMMIT).  Before each
+statement; SQLite waits for no lock, and a holder its lock refused waits until another has
+moved.  Statements of a holder that holds the write lock are no interleaving points (in WAL
+mode no other connection can see or change what it does before COMMIT), except that once, as
+it takes the lock, another holder about to take it may try and be refused.  Before each
 statement the holder may also die: its connections close with no COMMIT, as a process's do
-when it is killed, and a new process takes the same step again; after a crash the rest is
-played one way.  Each interleaving is played whole, from the file emptied; the answers must be
-the model's in some one-at-a-time order of the calls (linearizable): a call taken again after a
-crash answers as the model says, a replay if its first try was applied.  A call that leaves a
-transaction open fails, as in the step mode.
+when it is killed, and a new process takes the same step again.  After a crash or a refusal
+the rest is played one way.  Each interleaving is played whole, from the file emptied; the
+answers must be the model's in some one-at-a-time order of the calls (linearizable), with
+every call whose change committed in it, whole: a call taken again after a crash answers as
+the model says, a replay if its first try was applied.  A call that leaves a transaction open
+fails, as in the step mode.
 
     python3 explore.py [--holders N] [--program ACTION ...] [--last-tick T] [--ttl N]
                        [--resources N] [--statements] [--output PATH]
@@ -1220,6 +1222,8 @@ def _stepped(worker: "_Worker", connection: sqlite3.Connection, sql: str,
     note what it did to SQLite's locks."""
     worker.before(sql)
     began, worker.allowed = connection.in_transaction, True
+    if not began:  # what the file had from this connection, before any transaction it begins
+        worker.changes[connection] = connection.total_changes
     try:
         result = run()
     except sqlite3.OperationalError as exc:
@@ -1230,8 +1234,9 @@ def _stepped(worker: "_Worker", connection: sqlite3.Connection, sql: str,
     # The write lock taken: by BEGIN IMMEDIATE or EXCLUSIVE, or by a write.
     worker.writing = connection.in_transaction and (worker.writing or _WRITES.match(sql)
                                                     is not None)
+    # A COMMIT of a change returned (a transaction that changed nothing leaves no effect).
     worker.committed |= began and not connection.in_transaction and sql.strip().upper() in (
-        "COMMIT", "END")
+        "COMMIT", "END") and connection.total_changes != worker.changes[connection]
     return result
 
 
@@ -1274,6 +1279,7 @@ class _Worker:
         self.allowed = False  # a statement it stopped before is running
         self.ungated: str | None = None  # a statement that ran without stopping first
         self.writing = False  # it holds SQLite's write lock
+        self.changes: dict[sqlite3.Connection, int] = {}  # each one's total_changes at BEGIN
         self.thread = threading.Thread(target=self._main, name=f"holder {'ABCDEFGH'[h]}",
                                        daemon=True)
         self.thread.start()
@@ -1351,17 +1357,20 @@ class _Call(NamedTuple):
     held: Lease | None  # the lease it was made with
     event: Event | None  # its answer; None if its holder died in it and heard none
     kept: Lease | None  # the lease its holder kept
-    committed: bool  # a COMMIT of it returned: it must have taken effect
+    committed: bool  # a COMMIT of a change of it returned: it must have taken effect, whole
     start: int  # the number of the choice that began it
     end: int  # the number of the choice after which it ended
+    refused: bool = False  # SQLite's lock refused it once, and it went on
 
 
 class _Run:
     """One interleaving being played: a worker per holder, and the scheduler's view of them.
 
     A choice is ("start", h, tick): holder h begins its next step at `tick`; ("run", h): it
-    runs the statement it stopped before, up to the next; ("die", h): it dies there.  A holder
-    that SQLite's lock refused is not enabled again until another has moved.
+    runs the statement it stopped before, up to the next; ("die", h): it dies there;
+    ("try", h): it tries to take the write lock another holds, and is refused.  A holder that
+    SQLite's lock refused is not enabled again until another has moved.  After a crash or a
+    refusal, there is no other.
     """
 
     def __init__(self, bound: Bound, workers: list[_Worker], crashes: bool) -> None:
@@ -1371,9 +1380,11 @@ class _Run:
         self.sql: list[str | None] = [None] * bound.holders
         self.blocked = [False] * bound.holders
         self.writing = [False] * bound.holders  # holds the write lock
+        self.took = [False] * bound.holders  # took it at its last statement
         self.positions, self.held = [0] * bound.holders, [None] * bound.holders
         self.begun: list[tuple[Step, int] | None] = [None] * bound.holders
-        self.tick, self.taken, self.died = 0, 0, False
+        self.tick, self.taken, self.died, self.refused = 0, 0, False, False
+        self.refusing = [False] * bound.holders  # its call was refused
         self.calls: list[_Call] = []
         self.said: list[str] = []  # each choice, as a witness shows it
 
@@ -1383,17 +1394,27 @@ class _Run:
             if writing and self.status[h] == "paused" and not self.blocked[h]:
                 # What it does until COMMIT no other holder can see or change: in WAL mode
                 # they read only what is committed, and cannot write.  It runs on, or dies.
-                return [("run", h), *[("die", h)] * (self.crashes and not self.died)]
+                # Once, as it has just taken the lock, a holder about to take it may try, and
+                # be refused: anywhere before COMMIT, a refusal is the same.
+                refused = [("try", other) for other, status in enumerate(self.status)
+                           if self.took[h] and status == "paused" and not self.blocked[other]
+                           and _WRITES.match(self.sql[other] or "") and self._deviates]
+                return [("run", h), *refused, *[("die", h)] * (self.crashes and self._deviates)]
         for h, status in enumerate(self.status):
             if status == "paused":
                 if not self.blocked[h]:
                     choices.append(("run", h))
-                if self.crashes and not self.died:
+                if self.crashes and self._deviates:
                     choices.append(("die", h))
             elif status == "idle" and self.positions[h] < len(bound.program):
                 choices.extend(("start", h, tick)
                                for tick in range(self.tick, bound.last_tick + 1))
         return choices
+
+    @property
+    def _deviates(self) -> bool:
+        """A crash or a refusal may still come: none has."""
+        return not (self.died or self.refused)
 
     def take(self, choice: tuple[Any, ...]) -> None:
         kind, h, *rest = choice
@@ -1402,11 +1423,13 @@ class _Run:
         if kind == "start":
             (self.tick,) = rest
             step = self.bound.step(h, self.positions[h], self.tick)
-            self.begun[h] = step, self.taken
+            self.begun[h], self.refusing[h] = (step, self.taken), False
             self.said.append(f"{actor} {step.action.value} at tick {self.tick}:")
             worker.go.put((step, self.held[h]))
-        elif kind == "run":
-            self.said.append(f"  {actor} {self.sql[h]}")
+        elif kind in ("run", "try"):
+            self.said.append(f"  {actor} {self.sql[h]}" + ", refused by the lock" * (kind == "try"))
+            self.refused |= kind == "try"
+            self.refusing[h] |= kind == "try"
             worker.go.put("go")
         else:
             self.died = True
@@ -1430,22 +1453,25 @@ class _Run:
                                f"{ungated!r} where the explorer could not stop it: not through "
                                "a connection's or a cursor's methods")
         if kind == "paused":
+            was = self.writing[h]
             self.status[h], (self.sql[h], self.blocked[h], self.writing[h]) = "paused", what
+            self.took[h] = self.writing[h] and not was
             return
         self.status[h] = "idle"
         if kind == "ended":
             kept, event, committed = what
+            if event is not None and type(event.outcome) is str:  # an error's text: the
+                event = dataclasses.replace(event, outcome=event.outcome.replace(  # file by its
+                    os.path.dirname(self.path) + os.sep, ""))  # name alone, the same every run
             begun = self.begun[h]
             assert begun is not None
             step, start = begun
             self.calls.append(_Call(h, step, self.held[h], event, kept, committed, start,
-                                    self.taken))
+                                    self.taken, self.refusing[h]))
             if event is not None:  # a holder that died takes the same step again, as new
                 self.positions[h] += 1
                 self.held[h] = kept
-                # The file by its name alone: a witness is the same on every run.
-                said = _text(event.outcome).replace(os.path.dirname(self.path) + os.sep, "")
-                self.said.append(f"  {'ABCDEFGH'[h]} {said}")
+                self.said.append(f"  {'ABCDEFGH'[h]} {_text(event.outcome)}")
 
     def end(self) -> None:
         """Let every holder still stopped before a statement die there: each is idle."""
@@ -1460,8 +1486,9 @@ def _linearized(bound: Bound, calls: list[_Call],
     """An order of `calls`, one at a time, that gives each answer they gave, with the answer
     of each, and leaves what the file holds at the end (`final`, if given: each resource's
     stored pair at the fenced receiver and the authority's row): a call comes after every
-    call that ended before it began; a call whose holder died in it is in the order if it
-    committed, and may be if not (its effect is unknown).  None if there is no such order."""
+    call that ended before it began; a call whose holder died in it is in the order if a
+    change of it committed, and may be if not (its effect is unknown).  None if there is no
+    such order."""
     records = (Record.empty(bound.holders),) * bound.resources
 
     def order(placed: frozenset[int], records: tuple[Record, ...]
@@ -1537,6 +1564,7 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
     crashing: list[tuple[tuple[Any, ...], ...]] = []
     counts: Counter[str] = Counter()
     saw: Counter[str] = Counter()  # what a holder's retry answered, after its crash
+    refused: Counter[str] = Counter()  # what a call answered after the lock refused it
     violations: Counter[str] = Counter()
     failures: dict[str, list[str]] = {}
     while pending or crashing:
@@ -1557,13 +1585,14 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
             counts["points"] += 1
             while enabled := run.enabled():
                 stop_if_asked()
-                taken = next((choice for choice in enabled if choice[0] != "die"), enabled[0])
+                taken = next((choice for choice in enabled if choice[0] in ("start", "run")),
+                             enabled[0])
                 going = choices[-1][1] if choices and ("run", choices[-1][1]) in enabled else None
-                if not run.died:  # after a crash, one way on: each holder in turn, to its end
+                if not (run.died or run.refused):  # after either, one way on: each in turn
                     for other in reversed(enabled):
                         if other == taken:  # a crash may be the only choice left
                             continue
-                        if other[0] == "die":
+                        if other[0] in ("die", "try"):
                             crashing.append((*choices, other))
                         else:
                             more = switches + (going is not None and other[1] != going)
@@ -1576,8 +1605,9 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
         finally:
             run.end()
         counts["played"] += 1
-        counts["crash schedules" if run.died else "interleavings"] += 1
-        failed = _judged_statements(bound, run.calls, stuck, saw, _held(bound, keeper))
+        counts["crash schedules" if run.died else "refusal schedules" if run.refused else
+               "interleavings"] += 1
+        failed = _judged_statements(bound, run.calls, stuck, saw, _held(bound, keeper), refused)
         for check in failed:
             violations[check] += 1
             failures.setdefault(check, [*run.said, *failed[check]])
@@ -1590,8 +1620,10 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
         "bound": _bound_json(bound),
         "interleavings": counts["interleavings"],
         "crash_schedules": counts["crash schedules"],
+        "refusal_schedules": counts["refusal schedules"],
         "points": counts["points"],
         "after_a_crash": dict(sorted(saw.items())),
+        "after_a_refusal": dict(sorted(refused.items())),
         "violations": {check: violations[check] for check in STATEMENT_CHECKS},
         "failures": failures,
     }
@@ -1628,11 +1660,14 @@ def _held(bound: Bound, keeper: sqlite3.Connection) -> Any:
 
 
 def _judged_statements(bound: Bound, calls: list[_Call], stuck: list[int],
-                       saw: Counter[str], final: Any = None) -> dict[str, list[str]]:
+                       saw: Counter[str], final: Any = None,
+                       refused: Counter[str] | None = None) -> dict[str, list[str]]:
     """The checks one played interleaving fails, each with why; and what each retry after a
-    crash answered, counted in `saw`."""
+    crash answered, counted in `saw`, and each call the lock refused, in `refused`."""
     failed: dict[str, list[str]] = {}
     for i, call in enumerate(calls):
+        if call.refused and call.event is not None and refused is not None:
+            refused[f"{call.step.action.value}: {_text(call.event.outcome)}"] += 1
         if call.event is None:
             retry = next((later for later in calls[i + 1 :] if later.h == call.h), None)
             answer = "not taken again" if retry is None else (
@@ -1729,7 +1764,7 @@ _EXAMPLES = """\
   python3 explore.py --program acquire check write   # a check leaves the gap
   python3 explore.py --holders 3 --last-tick 4
   python3 explore.py --resources 2 --last-tick 2 --ttl 1   # A and B apart
-  python3 explore.py --statements                         # every statement, every crash"""
+  python3 explore.py --statements                         # each statement, crash, refusal"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1750,7 +1785,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="resources, 1 or 2; with 2, A acquires the first, B the second, C "
                         f"the first, ... (default: {Bound.resources})")
     parser.add_argument("--statements", action="store_true", help="every interleaving of the "
-                        "holders' calls at each SQL statement, and a crash before each "
+                        "holders' calls at each SQL statement, a crash before each, and a "
+                        "refusal by SQLite's lock "
                         f"(default bound: {_said_bound(_bound_json(STATEMENTS_BOUND))})")
     parser.add_argument("--output", metavar="PATH", help="also write the table as JSON to this "
                         "file, replacing it whole, or creating it")
@@ -1802,10 +1838,14 @@ def _interleaved(table: dict[str, Any], seconds: float) -> tuple[int, str]:
         f"every interleaving at each SQL statement of {_said_bound(table['bound'])}",
         (f"  {table['interleavings']:,} interleavings, and {table['crash_schedules']:,} with a "
          "crash: a holder dies before a statement,"),
-        "  then, as a new process, takes the same step again (the rest played one way)",
+        "  then, as a new process, takes the same step again (the rest played one way);",
+        (f"  and {table['refusal_schedules']:,} with a refusal: SQLite's lock refuses a holder "
+         "once, just as another took it"),
         f"  {table['points']:,} choice points, {seconds:.1f} s",
         "  a crash in, and the step taken again:",
         *(f"    {seen:<48}{count:>8,}" for seen, count in table["after_a_crash"].items()),
+        "  a call the lock refused, and what it answered:",
+        *(f"    {seen:<48}{count:>8,}" for seen, count in table["after_a_refusal"].items()),
         f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(STATEMENT_CHECKS)})",
     ]
     if failed:

@@ -721,12 +721,19 @@ class _Gone(BaseException):
 _WRITERS = {"INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER"}
 
 
+def _takes_lock(sql: str) -> bool:
+    """Whether `sql` takes SQLite's write lock, if its connection does not hold it."""
+    words = re.findall(r"\w+", sql.upper())[:2]
+    return bool(words) and (words[0] in _WRITERS or words in (["BEGIN", "IMMEDIATE"],
+                                                             ["BEGIN", "EXCLUSIVE"]))
+
+
 class _ProxyConnection:
     """A connection of a brute-force holder's library: busy timeout 0, every statement through
     the holder's gate, and one that runs past it noted by SQLite's trace callback."""
 
     def __init__(self, holder: "_BruteHolder", *args: Any, **kwargs: Any) -> None:
-        self.holder = holder
+        self.holder, self.changes = holder, 0
         self.real: sqlite3.Connection = sqlite3.connect(*args, **{**kwargs, "timeout": 0})
         self.real.set_trace_callback(holder.traced)
         holder.connections.append(self.real)
@@ -738,6 +745,8 @@ class _ProxyConnection:
         holder, real = self.holder, self.real
         holder.gate(sql)
         began, holder.refused, holder.let = real.in_transaction, None, True
+        if not began:
+            self.changes = real.total_changes
         try:
             cursor = real.execute(sql, parameters)
         except sqlite3.OperationalError as exc:
@@ -747,10 +756,10 @@ class _ProxyConnection:
             raise
         finally:
             holder.let = False
-        words, now = re.findall(r"\w+", sql.upper())[:2], real.in_transaction
-        holder.writing = now and (holder.writing or words[0] in _WRITERS or words in (
-            ["BEGIN", "IMMEDIATE"], ["BEGIN", "EXCLUSIVE"]))
-        holder.committed |= began and not now and words[0] in ("COMMIT", "END")
+        now = real.in_transaction
+        holder.writing = now and (holder.writing or _takes_lock(sql))
+        holder.committed |= (began and not now and sql.strip().upper() in ("COMMIT", "END")
+                             and real.total_changes != self.changes)  # a change committed
         return cursor
 
 
@@ -846,10 +855,11 @@ class _BruteRun:
         self.bound, self.path, self.cond = bound, path, threading.Condition()
         self.strays: list[str] = []
         self.tick = self.taken = 0
-        self.died = False
+        self.died = self.refused = False
         self.calls: list[explore._Call] = []
         n = bound.holders
         self.blocked, self.position = [False] * n, [0] * n
+        self.took, self.refusing = [False] * n, [False] * n
         self.held: list[Any] = [None] * n
         self.begun: list[Any] = [None] * n
         self.holders: list[_BruteHolder] = []
@@ -866,11 +876,13 @@ class _BruteRun:
             raise RuntimeError(f"holder {holder.actor} failed {doing}") from holder.failure
 
     def choices(self) -> list[tuple[Any, ...]]:
-        crash = [] if self.died else ["die"]
+        crash = [] if self.died or self.refused else ["die"]
         paused = [h for h, holder in enumerate(self.holders) if holder.state == "paused"]
         for h in paused:  # what it does until COMMIT, no other holder sees
             if self.holders[h].writing and not self.blocked[h]:
-                return [(kind, h) for kind in ["run", *crash]]
+                tries = [("try", other) for other in paused if self.took[h] and crash
+                         and not self.blocked[other] and _takes_lock(self.holders[other].sql)]
+                return [("run", h), *tries, *[(kind, h) for kind in crash]]
         found: list[tuple[Any, ...]] = []
         for h, holder in enumerate(self.holders):  # holder by holder, as the search lists them
             if h in paused:
@@ -886,12 +898,19 @@ class _BruteRun:
             self.tick = tick[0]
             step = self.bound.step(h, self.position[h], self.tick)
             self.begun[h], order = (step, self.taken), (step, self.held[h])
-        elif kind != "run":
+            self.refusing[h] = False
+        elif kind == "try":  # to take the lock another holds: SQLite refuses it
+            self.refused = self.refusing[h] = True
+            order = "run"
+        elif kind == "die":
             self.died = True
+        was = holder.writing
         with self.cond:
             holder.order, holder.state = order, "moving"
             self.cond.notify_all()
         self.wait(holder, f"at choice {self.taken}, {choice}")
+        if holder.state == "paused":
+            self.took[h] = holder.writing and not was  # it has just taken the lock
         refused = holder.state == "paused" and holder.sql == holder.refused  # to try it again
         if kind == "run" and not refused:  # a holder moved: each one refused may try again
             self.blocked = [False] * self.bound.holders
@@ -903,7 +922,8 @@ class _BruteRun:
     def ended(self, h: int, event: Any, kept: Any) -> None:
         step, start = self.begun[h]
         self.calls.append(explore._Call(h, step, self.held[h], event, kept,
-                                        self.holders[h].committed, start, self.taken))
+                                        self.holders[h].committed, start, self.taken,
+                                        self.refusing[h]))
         if event is not None:  # a holder that died takes the same step again
             self.position[h], self.held[h] = self.position[h] + 1, kept
 
@@ -927,7 +947,7 @@ def _brute_play(bound: explore.Bound, path: str, script: list[tuple[int, int]]
     run, taken, widths = _BruteRun(bound, path), list[int](), list[int]()
     try:
         while choices := run.choices():
-            width, k = 1 if run.died else len(choices), len(taken)  # after a crash, one way on
+            width, k = 1 if run.died or run.refused else len(choices), len(taken)  # then one way
             i, known = script[k] if k < len(script) else (0, width)
             if known != width:
                 raise RuntimeError(f"the replay of {script} differs at choice {k + 1}")
@@ -949,7 +969,7 @@ def _statements_brute_force(bound: explore.Bound, folder: str) -> dict[str, Any]
     template, path = (os.path.join(folder, name) for name in ("template.sqlite3", "run.sqlite3"))
     for store in explore._opened(template):
         store.close()
-    counts, saw, violations = Counter[str](), Counter[str](), Counter[str]()
+    counts, saw, refused, violations = Counter[str](), Counter[str](), Counter[str](), Counter[str]()
     script: list[tuple[int, int]] | None = []
     while script is not None:
         shutil.copyfile(template, path)
@@ -957,14 +977,18 @@ def _statements_brute_force(bound: explore.Bound, folder: str) -> dict[str, Any]
         for name in set(os.listdir(folder)) - {"template.sqlite3"}:
             os.remove(os.path.join(folder, name))
         counts["points"] += len(taken) - len(script) + 1  # the points this script found first
-        counts["crash_schedules" if run.died else "interleavings"] += 1
-        violations.update(explore._judged_statements(bound, run.calls, stuck, saw).keys())
+        counts["crash_schedules" if run.died else "refusal_schedules" if run.refused else
+               "interleavings"] += 1
+        violations.update(explore._judged_statements(bound, run.calls, stuck, saw,
+                                                     refused=refused).keys())
         turn = max((k for k, (i, width) in enumerate(zip(taken, widths)) if i + 1 < width),
                    default=None)  # the last point with a choice left
         script = None if turn is None else [*zip(taken[:turn], widths[:turn]),
                                              (taken[turn] + 1, widths[turn])]
     return {"interleavings": counts["interleavings"], "crash_schedules": counts["crash_schedules"],
-            "points": counts["points"], "after_a_crash": dict(sorted(saw.items())),
+            "refusal_schedules": counts["refusal_schedules"], "points": counts["points"],
+            "after_a_crash": dict(sorted(saw.items())),
+            "after_a_refusal": dict(sorted(refused.items())),
             "violations": {check: violations[check] for check in explore.STATEMENT_CHECKS}}
 
 
@@ -1002,6 +1026,10 @@ RACES = [
         ("return Outcome.REPLAY if value == stored[1] else Outcome.CONFLICT",
          "return Outcome.CONFLICT")], ["linearizable"],
      ["A acquire at tick 0:", "B acquire at tick 0:"], (130, 1)),
+    ("a lock's refusal of BEGIN not tried again", [(
+        "again = sql == \"COMMIT\" or not self._connection.in_transaction",
+        "again = sql == \"COMMIT\"")], ["linearizable"],
+     ["A acquire at tick 0:", "  A BEGIN IMMEDIATE"], (130, 23)),
     ("a transaction never committed", NEVER_COMMITTED, ["linearizable"],
      ["A acquire at tick 0:", "  A BEGIN IMMEDIATE", "  A SELECT", "  A INSERT", "  A PRAGMA",
       "  A raised RuntimeError: acquire left a transaction open"], (0, 1)),
@@ -1016,7 +1044,9 @@ class StatementTests(unittest.TestCase):
     ) -> None:
         table = explore.explore(explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), statements=True)
         self.assertEqual((table["interleavings"], table["crash_schedules"], table["points"]),
-                         (14, 80, 661))
+                         (14, 80, 693))
+        self.assertEqual((table["refusal_schedules"], table["after_a_refusal"]),
+                         (4, {"acquire: held": 4}), "B tried as A had just taken the lock")
         self.assertEqual(table["after_a_crash"], {
             "acquire, committed: held": 14,
             "acquire, not committed: granted": 12,
@@ -1064,14 +1094,14 @@ class StatementTests(unittest.TestCase):
         self,
     ) -> None:
         for bound, counts in (
-                (explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), (14, 80, 661)),
-                (explore.Bound(1, (ACQUIRE, WRITE, RELEASE), last_tick=1, ttl=1), (4, 45, 548)),
-                (explore.STATEMENTS_BOUND, (130, 644, 6305))):
+                (explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), (14, 80, 4, 693)),
+                (explore.Bound(1, (ACQUIRE, WRITE, RELEASE), last_tick=1, ttl=1), (4, 45, 0, 548)),
+                (explore.STATEMENTS_BOUND, (130, 644, 24, 6545))):
             with self.subTest(bound=bound):
                 whole = _statements_brute_force(bound, _folder(self))
                 searched = explore.explore(bound, statements=True)
                 self.assertEqual((whole["interleavings"], whole["crash_schedules"],
-                                  whole["points"]), counts)
+                                  whole["refusal_schedules"], whole["points"]), counts)
                 self.assertEqual(whole, {key: searched[key] for key in whole})
 
     def test_a_holder_the_lock_refused_tries_again_once_another_moved_and_a_lock_kept_fails(
@@ -1085,6 +1115,19 @@ class StatementTests(unittest.TestCase):
             "  B BEGIN IMMEDIATE", "  B waits for a lock nobody will give back"])
         self.assertEqual(shown.splitlines().count("  B BEGIN IMMEDIATE"), 2,
                          "tried again once A moved, not while A too was only refused")
+
+    def test_a_transaction_that_changed_nothing_committed_before_a_crash_asks_no_effect(
+        self,
+    ) -> None:
+        empty_first = [(("        with self._use(write=True) as connection:\n"
+                        "            row = self._load(connection, resource)\n"),
+                        ("        with self._use(write=True):  # changes nothing\n"
+                        "            pass\n"
+                        "        with self._use(write=True) as connection:\n"
+                        "            row = self._load(connection, resource)\n"))]
+        run = _explore_broken(self, empty_first, ["--statements", "--holders", "1"])
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn("acquire, not committed: granted", run.stdout, "A died after it")
 
     def test_a_committed_call_whose_holder_died_is_in_every_one_at_a_time_order(self) -> None:
         bound = explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1)
@@ -1125,16 +1168,19 @@ class StatementTests(unittest.TestCase):
         clean = explore.explore(explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), statements=True)
         self.assertEqual(json.loads(run.stdout), clean["after_a_crash"])
 
-    def test_a_release_split_over_two_transactions_fails_where_a_release_meets_a_takeover(
+    def test_a_release_or_renew_split_over_two_transactions_fails_where_it_meets_a_takeover(
         self,
     ) -> None:
-        split = [("            self._current_or_lost(connection, lease, None)\n",
-                  ("            self._current_or_lost(connection, lease, None)\n"
-                  "        with self._use(write=True) as connection:\n"))]
-        run = _explore_broken(self, split, ["--statements", "--program", "acquire", "release",
-                                            "--last-tick", "1"])
-        self.assertEqual(run.returncode, 1, run.stderr)
-        self.assertIn("  checks failed: linearizable", run.stdout)
+        checked = ('                raise LeaseLost(lease, None, f"it expired at tick '
+                   '{row.expires_at}")\n')
+        for action, old in (("release", ("            self._current_or_lost(connection, lease,"
+                                        " None)\n")), ("renew", checked)):
+            with self.subTest(action):
+                split = [(old, old + "        with self._use(write=True) as connection:\n")]
+                run = _explore_broken(self, split, ["--statements", "--program", "acquire",
+                                                    action, "--last-tick", "1"])
+                self.assertEqual(run.returncode, 1, run.stderr)
+                self.assertIn("  checks failed: linearizable", run.stdout)
 
     def test_a_statement_run_where_the_explorer_cannot_stop_it_fails_the_run_naming_it(
         self,

@@ -235,20 +235,24 @@ def check_statements(readme: Readme) -> str:
     if not hasattr(module, "STATEMENTS_BOUND"):  # no statement mode: nothing to check
         return "statements: no statement mode"
     fresh = module.explore(module.STATEMENTS_BOUND, statements=True)
-    line, columns, rows = readme.table("a crash in, and the step taken again")
-    shown = {row[columns[0]]: int(row["schedules"].replace(",", "")) for _, row in rows}
-    if shown != fresh["after_a_crash"]:
-        raise Drift(f"{README} line {line}: the crash table says {shown}, fresh: "
-                    f"{fresh['after_a_crash']}")
+    for first, key in (("a crash in, and the step taken again", "after_a_crash"),
+                       ("a call the lock refused, and its answer", "after_a_refusal")):
+        line, columns, rows = readme.table(first)
+        shown = {row[columns[0]]: int(row["schedules"].replace(",", "")) for _, row in rows}
+        if shown != fresh[key]:
+            raise Drift(f"{README} line {line}: the table {first!r} says {shown}, fresh: "
+                        f"{fresh[key]}")
+    line = readme.table("a crash in, and the step taken again")[0]
     before = " ".join(readme.prose[max(line - 6, 0) : line - 1])
-    for word, key in (("interleavings", "interleavings"), ("crash schedules", "crash_schedules")):
+    for word, key in (("interleavings", "interleavings"), ("crash schedules", "crash_schedules"),
+                      ("refusal schedules", "refusal_schedules")):
         said = re.search(rf"(\d[\d,]*)\s+{word}\b", before)
         if said is None or int(said[1].replace(",", "")) != fresh[key]:
             raise Drift(f"{README} near line {line}: {said and said[1]} {word}, fresh: "
                         f"{fresh[key]:,}")
     if any(fresh["violations"].values()):
         raise Drift(f"{README} line {line}: a check failed in a fresh run: {fresh['violations']}")
-    return f"statements: {README}'s crash table and counts are a fresh explore --statements'"
+    return f"statements: {README}'s two tables and counts are a fresh explore --statements'"
 
 
 def run_example(line: int, language: str, text: str, after: str = "") -> str:
