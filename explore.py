@@ -892,8 +892,8 @@ def explore(
 
     By state (see the module's contract), or with `brute_force` every schedule whole, from an
     empty database of its own: the same table, the states aside.  With `statements`, every
-    interleaving of the holders' calls at each SQL statement, and a crash at each: the table
-    of the statement mode.
+    interleaving of the holders' calls at each SQL statement, with a crash at each, or a
+    refusal by the lock: the table of the statement mode.
     """
     with contextlib.ExitStack() as cleanup:
         folder = scratch(cleanup, "leases-explore-")
@@ -1373,8 +1373,8 @@ class _Run:
     refusal, there is no other.
     """
 
-    def __init__(self, bound: Bound, workers: list[_Worker], crashes: bool) -> None:
-        self.bound, self.workers, self.crashes = bound, workers, crashes
+    def __init__(self, bound: Bound, workers: list[_Worker]) -> None:
+        self.bound, self.workers = bound, workers
         self.told, self.path = workers[0].told, workers[0].path
         self.status = ["idle"] * bound.holders
         self.sql: list[str | None] = [None] * bound.holders
@@ -1399,12 +1399,12 @@ class _Run:
                 refused = [("try", other) for other, status in enumerate(self.status)
                            if self.took[h] and status == "paused" and not self.blocked[other]
                            and _WRITES.match(self.sql[other] or "") and self._deviates]
-                return [("run", h), *refused, *[("die", h)] * (self.crashes and self._deviates)]
+                return [("run", h), *refused, *[("die", h)] * self._deviates]
         for h, status in enumerate(self.status):
             if status == "paused":
                 if not self.blocked[h]:
                     choices.append(("run", h))
-                if self.crashes and self._deviates:
+                if self._deviates:
                     choices.append(("die", h))
             elif status == "idle" and self.positions[h] < len(bound.program):
                 choices.extend(("start", h, tick)
@@ -1532,10 +1532,9 @@ STATEMENTS_BOUND = Bound(2, (Action.ACQUIRE, Action.WRITE), last_tick=0, ttl=1)
 STATEMENT_CHECKS = ("linearizable",)
 
 
-def _statements(bound: Bound, folder: str, progress: _Progress, *,
-                crashes: bool = True) -> dict[str, Any]:
+def _statements(bound: Bound, folder: str, progress: _Progress) -> dict[str, Any]:
     """Play every interleaving of `bound` at each SQL statement, and each with one crash at
-    each statement: each from the file emptied, by one worker per holder for the whole search,
+    each statement, or one refusal by the lock: each from the file emptied, by one worker per holder for the whole search,
     choosing in turn every choice the last one left open."""
     path = os.path.join(folder, "statements.sqlite3")
     told: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -1547,7 +1546,7 @@ def _statements(bound: Bound, folder: str, progress: _Progress, *,
             if kind == "broken":
                 raise what
         with contextlib.closing(sqlite3.connect(path, isolation_level=None, timeout=0)) as keeper:
-            return _searched_statements(bound, workers, keeper, progress, crashes)
+            return _searched_statements(bound, workers, keeper, progress)
     finally:
         for worker in workers:
             worker.go.put(None)
@@ -1556,10 +1555,10 @@ def _statements(bound: Bound, folder: str, progress: _Progress, *,
 
 
 def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.Connection,
-                         progress: _Progress, crashes: bool) -> dict[str, Any]:
+                         progress: _Progress) -> dict[str, Any]:
     # The interleavings still to play, by how many times each takes a holder off in the middle
     # of a call (fewest first, as CHESS orders them, so that a race shows early), then the
-    # crashes still to play.
+    # crashes and refusals still to play.
     pending: dict[int, list[tuple[tuple[Any, ...], ...]]] = {0: [()]}
     crashing: list[tuple[tuple[Any, ...], ...]] = []
     counts: Counter[str] = Counter()
@@ -1577,7 +1576,7 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
         else:
             prefix, switches = crashing.pop(), 0
         _emptied(keeper)
-        run = _Run(bound, workers, crashes)
+        run = _Run(bound, workers)
         try:
             choices = list(prefix)
             for choice in prefix:
