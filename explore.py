@@ -1143,9 +1143,11 @@ def _schedules(bound: Bound) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]
 _HANDOFF_SECONDS = 60.0
 
 
-# A statement that takes SQLite's write lock, if it was not held.
+# A statement that takes SQLite's write lock, if it was not held, or (a checkpoint that
+# waits for writers, VACUUM) needs it for a moment.
 _WRITES = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|"
-                     r"ALTER)\b", re.IGNORECASE)
+                     r"ALTER|VACUUM|PRAGMA\s+(\w+\.)?wal_checkpoint\s*\(\s*[\"']?(FULL|RESTART|"
+                     r"TRUNCATE))\b", re.IGNORECASE)
 
 
 class _Died(BaseException):  # not an error: the holder's process is gone
@@ -1370,7 +1372,8 @@ class _Run:
     runs the statement it stopped before, up to the next; ("die", h): it dies there;
     ("try", h): it tries to take the write lock another holds, and is refused.  A holder that
     SQLite's lock refused is not enabled again until another has moved.  After a crash or a
-    refusal, there is no other.
+    refusal, there is no other, and the rest is played one way: after a refusal, the refused
+    holder first, as far as the lock lets it (what it reads meanwhile is the last commit's).
     """
 
     def __init__(self, bound: Bound, workers: list[_Worker]) -> None:
@@ -1383,13 +1386,17 @@ class _Run:
         self.took = [False] * bound.holders  # took it at its last statement
         self.positions, self.held = [0] * bound.holders, [None] * bound.holders
         self.begun: list[tuple[Step, int] | None] = [None] * bound.holders
-        self.tick, self.taken, self.died, self.refused = 0, 0, False, False
+        self.tick, self.taken, self.died = 0, 0, False
+        self.refused: int | None = None  # the holder the lock refused
         self.refusing = [False] * bound.holders  # its call was refused
         self.calls: list[_Call] = []
         self.said: list[str] = []  # each choice, as a witness shows it
 
     def enabled(self) -> list[tuple[Any, ...]]:
         bound, choices = self.bound, list[tuple[Any, ...]]()
+        r = self.refused
+        if r is not None and self.status[r] == "paused" and not self.blocked[r]:
+            return [("run", r)]
         for h, writing in enumerate(self.writing):
             if writing and self.status[h] == "paused" and not self.blocked[h]:
                 # What it does until COMMIT no other holder can see or change: in WAL mode
@@ -1398,13 +1405,13 @@ class _Run:
                 # be refused: anywhere before COMMIT, a refusal is the same.
                 refused = [("try", other) for other, status in enumerate(self.status)
                            if self.took[h] and status == "paused" and not self.blocked[other]
-                           and _WRITES.match(self.sql[other] or "") and self._deviates]
-                return [("run", h), *refused, *[("die", h)] * self._deviates]
+                           and _WRITES.match(self.sql[other] or "") and self.may_deviate]
+                return [("run", h), *refused, *[("die", h)] * self.may_deviate]
         for h, status in enumerate(self.status):
             if status == "paused":
                 if not self.blocked[h]:
                     choices.append(("run", h))
-                if self._deviates:
+                if self.may_deviate:
                     choices.append(("die", h))
             elif status == "idle" and self.positions[h] < len(bound.program):
                 choices.extend(("start", h, tick)
@@ -1412,9 +1419,9 @@ class _Run:
         return choices
 
     @property
-    def _deviates(self) -> bool:
+    def may_deviate(self) -> bool:
         """A crash or a refusal may still come: none has."""
-        return not (self.died or self.refused)
+        return not self.died and self.refused is None
 
     def take(self, choice: tuple[Any, ...]) -> None:
         kind, h, *rest = choice
@@ -1428,8 +1435,8 @@ class _Run:
             worker.go.put((step, self.held[h]))
         elif kind in ("run", "try"):
             self.said.append(f"  {actor} {self.sql[h]}" + ", refused by the lock" * (kind == "try"))
-            self.refused |= kind == "try"
-            self.refusing[h] |= kind == "try"
+            if kind == "try":
+                self.refused, self.refusing[h] = h, True
             worker.go.put("go")
         else:
             self.died = True
@@ -1587,7 +1594,7 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
                 taken = next((choice for choice in enabled if choice[0] in ("start", "run")),
                              enabled[0])
                 going = choices[-1][1] if choices and ("run", choices[-1][1]) in enabled else None
-                if not (run.died or run.refused):  # after either, one way on: each in turn
+                if run.may_deviate:  # after a crash or a refusal, one way on
                     for other in reversed(enabled):
                         if other == taken:  # a crash may be the only choice left
                             continue
@@ -1604,8 +1611,8 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
         finally:
             run.end()
         counts["played"] += 1
-        counts["crash schedules" if run.died else "refusal schedules" if run.refused else
-               "interleavings"] += 1
+        counts["crash schedules" if run.died else "interleavings" if run.may_deviate else
+               "refusal schedules"] += 1
         failed = _judged_statements(bound, run.calls, stuck, saw, _held(bound, keeper), refused)
         for check in failed:
             violations[check] += 1

@@ -722,10 +722,12 @@ _WRITERS = {"INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER"}
 
 
 def _takes_lock(sql: str) -> bool:
-    """Whether `sql` takes SQLite's write lock, if its connection does not hold it."""
-    words = re.findall(r"\w+", sql.upper())[:2]
-    return bool(words) and (words[0] in _WRITERS or words in (["BEGIN", "IMMEDIATE"],
-                                                             ["BEGIN", "EXCLUSIVE"]))
+    """Whether `sql` takes SQLite's write lock, if its connection does not hold it, or needs it
+    for a moment: VACUUM, and a checkpoint that waits for writers."""
+    words = [word for word in re.findall(r"\w+", sql.upper()) if word != "MAIN"][:3]
+    return bool(words) and (words[0] in _WRITERS | {"VACUUM"} or words[:2] in (
+        ["BEGIN", "IMMEDIATE"], ["BEGIN", "EXCLUSIVE"]) or words in (
+        ["PRAGMA", "WAL_CHECKPOINT", mode] for mode in ("FULL", "RESTART", "TRUNCATE")))
 
 
 class _ProxyConnection:
@@ -855,7 +857,8 @@ class _BruteRun:
         self.bound, self.path, self.cond = bound, path, threading.Condition()
         self.strays: list[str] = []
         self.tick = self.taken = 0
-        self.died = self.refused = False
+        self.died = False
+        self.refused: int | None = None  # the holder the lock refused
         self.calls: list[explore._Call] = []
         n = bound.holders
         self.blocked, self.position = [False] * n, [0] * n
@@ -876,8 +879,10 @@ class _BruteRun:
             raise RuntimeError(f"holder {holder.actor} failed {doing}") from holder.failure
 
     def choices(self) -> list[tuple[Any, ...]]:
-        crash = [] if self.died or self.refused else ["die"]
+        crash = [] if self.died or self.refused is not None else ["die"]
         paused = [h for h, holder in enumerate(self.holders) if holder.state == "paused"]
+        if self.refused in paused and not self.blocked[self.refused]:  # it goes on first
+            return [("run", self.refused)]
         for h in paused:  # what it does until COMMIT, no other holder sees
             if self.holders[h].writing and not self.blocked[h]:
                 tries = [("try", other) for other in paused if self.took[h] and crash
@@ -900,8 +905,7 @@ class _BruteRun:
             self.begun[h], order = (step, self.taken), (step, self.held[h])
             self.refusing[h] = False
         elif kind == "try":  # to take the lock another holds: SQLite refuses it
-            self.refused = self.refusing[h] = True
-            order = "run"
+            self.refused, self.refusing[h], order = h, True, "run"
         elif kind == "die":
             self.died = True
         was = holder.writing
@@ -947,7 +951,7 @@ def _brute_play(bound: explore.Bound, path: str, script: list[tuple[int, int]]
     run, taken, widths = _BruteRun(bound, path), list[int](), list[int]()
     try:
         while choices := run.choices():
-            width, k = 1 if run.died or run.refused else len(choices), len(taken)  # then one way
+            width, k = 1 if run.died or run.refused is not None else len(choices), len(taken)
             i, known = script[k] if k < len(script) else (0, width)
             if known != width:
                 raise RuntimeError(f"the replay of {script} differs at choice {k + 1}")
@@ -977,8 +981,8 @@ def _statements_brute_force(bound: explore.Bound, folder: str) -> dict[str, Any]
         for name in set(os.listdir(folder)) - {"template.sqlite3"}:
             os.remove(os.path.join(folder, name))
         counts["points"] += len(taken) - len(script) + 1  # the points this script found first
-        counts["crash_schedules" if run.died else "refusal_schedules" if run.refused else
-               "interleavings"] += 1
+        counts["crash_schedules" if run.died else "interleavings" if run.refused is None else
+               "refusal_schedules"] += 1
         violations.update(explore._judged_statements(bound, run.calls, stuck, saw,
                                                      refused=refused).keys())
         turn = max((k for k, (i, width) in enumerate(zip(taken, widths)) if i + 1 < width),
@@ -1030,6 +1034,22 @@ RACES = [
         "again = sql == \"COMMIT\" or not self._connection.in_transaction",
         "again = sql == \"COMMIT\"")], ["linearizable"],
      ["A acquire at tick 0:", "  A BEGIN IMMEDIATE"], (130, 23)),
+    ("a checkpoint that must copy everything, waiting for writers", [(
+        """        with contextlib.suppress(sqlite3.OperationalError):
+            self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)")""",
+        """        busy, _, _ = self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            raise sqlite3.OperationalError("database is locked: checkpoint incomplete")""")],
+     ["linearizable"], ["A acquire at tick 0:"], (130, 11)),
+    ("a refused BEGIN IMMEDIATE falling back to a deferred BEGIN", [(
+        '                    connection.execute("BEGIN IMMEDIATE")\n',
+        """                    try:
+                        self._connection.execute("BEGIN IMMEDIATE")
+                    except sqlite3.OperationalError as exc:
+                        if not _busy(exc):
+                            raise
+                        connection.execute("BEGIN")
+""")], ["linearizable"], ["A acquire at tick 0:"], (130, 23)),
     ("a transaction never committed", NEVER_COMMITTED, ["linearizable"],
      ["A acquire at tick 0:", "  A BEGIN IMMEDIATE", "  A SELECT", "  A INSERT", "  A PRAGMA",
       "  A raised RuntimeError: acquire left a transaction open"], (0, 1)),
@@ -1044,7 +1064,7 @@ class StatementTests(unittest.TestCase):
     ) -> None:
         table = explore.explore(explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), statements=True)
         self.assertEqual((table["interleavings"], table["crash_schedules"], table["points"]),
-                         (14, 80, 693))
+                         (14, 80, 701))
         self.assertEqual((table["refusal_schedules"], table["after_a_refusal"]),
                          (4, {"acquire: held": 4}), "B tried as A had just taken the lock")
         self.assertEqual(table["after_a_crash"], {
@@ -1094,9 +1114,9 @@ class StatementTests(unittest.TestCase):
         self,
     ) -> None:
         for bound, counts in (
-                (explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), (14, 80, 4, 693)),
+                (explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), (14, 80, 4, 701)),
                 (explore.Bound(1, (ACQUIRE, WRITE, RELEASE), last_tick=1, ttl=1), (4, 45, 0, 548)),
-                (explore.STATEMENTS_BOUND, (130, 644, 24, 6545))):
+                (explore.STATEMENTS_BOUND, (130, 644, 24, 6583))):
             with self.subTest(bound=bound):
                 whole = _statements_brute_force(bound, _folder(self))
                 searched = explore.explore(bound, statements=True)
@@ -1168,15 +1188,28 @@ class StatementTests(unittest.TestCase):
         clean = explore.explore(explore.Bound(2, (ACQUIRE,), last_tick=0, ttl=1), statements=True)
         self.assertEqual(json.loads(run.stdout), clean["after_a_crash"])
 
-    def test_a_release_or_renew_split_over_two_transactions_fails_where_it_meets_a_takeover(
+    def test_a_release_renewal_or_check_split_in_two_fails_where_it_meets_a_takeover(
         self,
     ) -> None:
         checked = ('                raise LeaseLost(lease, None, f"it expired at tick '
                    '{row.expires_at}")\n')
-        for action, old in (("release", ("            self._current_or_lost(connection, lease,"
-                                        " None)\n")), ("renew", checked)):
+        two_reads = ("""            row = self._load(connection, resource)
+        return None if row is None else row.live_lease(now)""", """            found = connection.execute(
+                "SELECT resource, holder, epoch FROM leases WHERE resource = ?", (resource,)
+            ).fetchone()
+            if found is None:
+                return None
+            (expires_at,) = connection.execute(
+                "SELECT expires_at FROM leases WHERE resource = ?", (resource,)).fetchone()
+        return _Row(*found, expires_at).live_lease(now)""")
+        for action, split in (
+                ("release", [("            self._current_or_lost(connection, lease, None)\n",
+                              ("            self._current_or_lost(connection, lease, None)\n"
+                              "        with self._use(write=True) as connection:\n"))]),
+                ("renew", [(checked, checked + "        with self._use(write=True) as"
+                                               " connection:\n")]),
+                ("check", [two_reads])):  # a torn read
             with self.subTest(action):
-                split = [(old, old + "        with self._use(write=True) as connection:\n")]
                 run = _explore_broken(self, split, ["--statements", "--program", "acquire",
                                                     action, "--last-tick", "1"])
                 self.assertEqual(run.returncode, 1, run.stderr)
