@@ -3,10 +3,10 @@
 A bound is H holders that all run one program of steps (acquire, renew, check, write,
 release, and retry: its last write sent again), one ttl, the ticks 0..T, and one resource or
 two (A acquires the first, B the second, C the first, ...).  A schedule is an order of the
-holders' steps and the tick of each, refused steps included.  Each step is played through the scenario workers' own
-code (run_experiment.perform) on the real authority and on three receivers in its file: the
-model's fenced and unfenced receivers, and AskingReceiver, a contrast that is NOT the model's
-receiver.
+holders' steps and the tick of each, refused steps included.  Each step is played through
+the scenario workers' own code (run_experiment.perform) on the real authority and on three
+receivers in its file: the model's fenced and unfenced receivers, and AskingReceiver, a
+contrast that is NOT the model's receiver.
 
 The contract:
 
@@ -1307,7 +1307,7 @@ class _Worker:
 
     def _open(self) -> None:
         self.library = library = self.libraries.take(_Gated(self))
-        self.connections, self.dead, self.writing = [], False, False
+        self.connections, self.dead, self.writing, self.changes = [], False, False, {}
         self.objects = [library.LeaseAuthority(self.path), library.Receiver(self.path)]
 
     def _close(self) -> None:
@@ -1388,7 +1388,7 @@ class _Run:
         self.begun: list[tuple[Step, int] | None] = [None] * bound.holders
         self.tick, self.taken, self.died = 0, 0, False
         self.refused: int | None = None  # the holder the lock refused
-        self.refusing = [False] * bound.holders  # its call was refused
+        self.refused_at = 0  # the number of the choice it was refused at
         self.calls: list[_Call] = []
         self.said: list[str] = []  # each choice, as a witness shows it
 
@@ -1403,10 +1403,12 @@ class _Run:
                 # they read only what is committed, and cannot write.  It runs on, or dies.
                 # Once, as it has just taken the lock, a holder about to take it may try, and
                 # be refused: anywhere before COMMIT, a refusal is the same.
-                refused = [("try", other) for other, status in enumerate(self.status)
-                           if self.took[h] and status == "paused" and not self.blocked[other]
-                           and _WRITES.match(self.sql[other] or "") and self.may_deviate]
-                return [("run", h), *refused, *[("die", h)] * self.may_deviate]
+                if not self.may_deviate:
+                    return [("run", h)]
+                tries = [("try", other) for other, status in enumerate(self.status)
+                         if self.took[h] and status == "paused" and not self.blocked[other]
+                         and _WRITES.match(self.sql[other] or "")]
+                return [("run", h), *tries, ("die", h)]
         for h, status in enumerate(self.status):
             if status == "paused":
                 if not self.blocked[h]:
@@ -1430,13 +1432,13 @@ class _Run:
         if kind == "start":
             (self.tick,) = rest
             step = self.bound.step(h, self.positions[h], self.tick)
-            self.begun[h], self.refusing[h] = (step, self.taken), False
+            self.begun[h] = step, self.taken
             self.said.append(f"{actor} {step.action.value} at tick {self.tick}:")
             worker.go.put((step, self.held[h]))
         elif kind in ("run", "try"):
             self.said.append(f"  {actor} {self.sql[h]}" + ", refused by the lock" * (kind == "try"))
             if kind == "try":
-                self.refused, self.refusing[h] = h, True
+                self.refused, self.refused_at = h, self.taken
             worker.go.put("go")
         else:
             self.died = True
@@ -1474,7 +1476,7 @@ class _Run:
             assert begun is not None
             step, start = begun
             self.calls.append(_Call(h, step, self.held[h], event, kept, committed, start,
-                                    self.taken, self.refusing[h]))
+                                    self.taken, self.refused == h and self.refused_at > start))
             if event is not None:  # a holder that died takes the same step again, as new
                 self.positions[h] += 1
                 self.held[h] = kept
@@ -1541,8 +1543,8 @@ STATEMENT_CHECKS = ("linearizable",)
 
 def _statements(bound: Bound, folder: str, progress: _Progress) -> dict[str, Any]:
     """Play every interleaving of `bound` at each SQL statement, and each with one crash at
-    each statement, or one refusal by the lock: each from the file emptied, by one worker per holder for the whole search,
-    choosing in turn every choice the last one left open."""
+    each statement, or one refusal by the lock: each from the file emptied, by one worker per
+    holder for the whole search, choosing in turn every choice the last one left open."""
     path = os.path.join(folder, "statements.sqlite3")
     told: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
     libraries, workers = _Libraries(), list[_Worker]()
@@ -1613,14 +1615,15 @@ def _searched_statements(bound: Bound, workers: list[_Worker], keeper: sqlite3.C
         counts["played"] += 1
         counts["crash schedules" if run.died else "interleavings" if run.may_deviate else
                "refusal schedules"] += 1
-        failed = _judged_statements(bound, run.calls, stuck, saw, _held(bound, keeper), refused)
+        failed = _judged_statements(bound, run.calls, stuck, saw, refused, _held(bound, keeper))
         for check in failed:
             violations[check] += 1
             failures.setdefault(check, [*run.said, *failed[check]])
         if failed:  # the first failing interleaving is shown; what comes after is not played
             break
         if progress.is_due():
-            progress(f"{sum(map(len, pending.values())) + len(crashing):,} choices still open", counts["points"], counts["played"],
+            still_open = sum(map(len, pending.values())) + len(crashing)
+            progress(f"{still_open:,} choices still open", counts["points"], counts["played"],
                      ("choice points", "interleavings played"))
     return {
         "bound": _bound_json(bound),
@@ -1665,14 +1668,13 @@ def _held(bound: Bound, keeper: sqlite3.Connection) -> Any:
         return ("unreadable", str(exc))
 
 
-def _judged_statements(bound: Bound, calls: list[_Call], stuck: list[int],
-                       saw: Counter[str], final: Any = None,
-                       refused: Counter[str] | None = None) -> dict[str, list[str]]:
+def _judged_statements(bound: Bound, calls: list[_Call], stuck: list[int], saw: Counter[str],
+                       refused: Counter[str], final: Any = None) -> dict[str, list[str]]:
     """The checks one played interleaving fails, each with why; and what each retry after a
     crash answered, counted in `saw`, and each call the lock refused, in `refused`."""
     failed: dict[str, list[str]] = {}
     for i, call in enumerate(calls):
-        if call.refused and call.event is not None and refused is not None:
+        if call.refused and call.event is not None:
             refused[f"{call.step.action.value}: {_text(call.event.outcome)}"] += 1
         if call.event is None:
             retry = next((later for later in calls[i + 1 :] if later.h == call.h), None)

@@ -973,7 +973,7 @@ def _statements_brute_force(bound: explore.Bound, folder: str) -> dict[str, Any]
     template, path = (os.path.join(folder, name) for name in ("template.sqlite3", "run.sqlite3"))
     for store in explore._opened(template):
         store.close()
-    counts, saw, refused, violations = Counter[str](), Counter[str](), Counter[str](), Counter[str]()
+    counts, saw, refused, violations = (Counter[str]() for _ in range(4))
     script: list[tuple[int, int]] | None = []
     while script is not None:
         shutil.copyfile(template, path)
@@ -984,7 +984,7 @@ def _statements_brute_force(bound: explore.Bound, folder: str) -> dict[str, Any]
         counts["crash_schedules" if run.died else "interleavings" if run.refused is None else
                "refusal_schedules"] += 1
         violations.update(explore._judged_statements(bound, run.calls, stuck, saw,
-                                                     refused=refused).keys())
+                                                     refused).keys())
         turn = max((k for k, (i, width) in enumerate(zip(taken, widths)) if i + 1 < width),
                    default=None)  # the last point with a choice left
         script = None if turn is None else [*zip(taken[:turn], widths[:turn]),
@@ -1003,7 +1003,8 @@ _IMMEDIATE = 'connection.execute("BEGIN IMMEDIATE")'
 _READ_IN = ("        with self._use(write=True) as connection:\n"
             "            row = self._load(connection, resource)\n"
             "            held = None if row is None else row.live_lease(now)\n")
-NEVER_COMMITTED = [('                    connection.execute("COMMIT")  #', "                    pass  #")]
+NEVER_COMMITTED = [('                    connection.execute("COMMIT")  #',
+                    "                    pass  #")]
 RACES = [
     ("a deferred `BEGIN`", [(_IMMEDIATE, 'connection.execute("BEGIN")')], ["linearizable"],
      ["B acquire at tick 0:", "  B BEGIN", "  B SELECT"], (9, 0)),
