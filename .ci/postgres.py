@@ -23,14 +23,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import leases
 
 PROCESSES, WRITES, BOUND = 4, 150, 300.0  # the bound only catches a hang
-CALL = re.compile(r"^SELECT (fenced_write|sequenced_write)\((.*)\);\s*-- (\w+)$", re.MULTILINE)
+CALL = re.compile(r"^SELECT fenced_write\((.*)\);\s*-- (\w+)$", re.MULTILINE)
 
 
 class Failed(Exception):
@@ -75,51 +75,100 @@ def run(folder: str, script: str) -> str:
     return output
 
 
-def agree(calls: list[tuple[str, str, tuple[Any, ...], str]], where: str) -> int:
-    """Each (function, resource, arguments, answer) as leases.Receiver answers it, in order."""
+def agree(calls: list[tuple[str, int, int, str, str]], where: str) -> int:
+    """Each (resource, epoch, sequence, value, answer), in order, as leases.Receiver answers
+    it.  A resource written only at sequence 1 goes to it as it is; any other as one number
+    per (epoch, sequence), which orders as the pair does."""
+    sequenced = {call[0] for call in calls if call[2] != 1}
     with tempfile.TemporaryDirectory() as scratch, leases.Receiver(
             os.path.join(scratch, "r.sqlite3")) as receiver:
-        for function, resource, arguments, answer in calls:
-            epoch = arguments[0] if len(arguments) == 2 else arguments[0] << 32 | arguments[1]
-            said = receiver.write(f"{function}/{resource}", epoch, arguments[-1]).outcome.value
+        for resource, epoch, sequence, value, answer in calls:
+            number = epoch << 32 | sequence if resource in sequenced else epoch
+            said = receiver.write(resource, number, value).outcome.value
             if said != answer:
-                raise Failed(f"{where}: {function}({resource!r}, {arguments}) answers "
-                             f"{answer!r}, leases.Receiver {said!r}")
+                raise Failed(f"{where}: fenced_write({resource!r}, {epoch}, {sequence}, "
+                             f"{value!r}) answers {answer!r}, leases.Receiver {said!r}")
     return len(calls)
 
 
+def wait_for(folder: str, query: str) -> None:
+    """Ask `query` (a count) again until it is not 0: a handshake on the server's own state."""
+    deadline = time.monotonic() + BOUND
+    while run(folder, query).strip() == "0":
+        if time.monotonic() > deadline:
+            raise Failed(f"waited {BOUND:g} s for: {query}")
+
+
+def overtaking(folder: str, first: str, second: str) -> list[str]:
+    """The answers when `second` is sent while `first` holds its transaction open."""
+    sessions = []
+    for name, call in (("first", first), ("second", second)):
+        session = subprocess.Popen(
+            [tool("psql"), "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", folder, "-U",
+             "postgres", "-d", "postgres"], env={**os.environ, "PGAPPNAME": name},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert session.stdin is not None
+        session.stdin.write(f"BEGIN;\nSELECT fenced_write({call});\nCOMMIT;\n" if name ==
+                            "second" else f"BEGIN;\nSELECT fenced_write({call});\n")
+        session.stdin.flush()
+        sessions.append(session)
+        state = ("state = 'idle in transaction'" if name == "first" else  # its write made
+                 "(wait_event_type = 'Lock' OR state = 'idle')")  # waits for the row, or is done
+        wait_for(folder, f"SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                         f"'{name}' AND {state}")
+    answers = []
+    for session, end in zip(sessions, ("COMMIT;\n", "")):
+        output = session.communicate(end, timeout=BOUND)[0]
+        if session.returncode:
+            raise Failed(f"psql exits {session.returncode}: {output.strip()[-300:]}")
+        answers.append(output.strip())
+    return answers
+
+
+def races(folder: str) -> int:
+    """Each pair of writes to one row, the second sent while the first holds its transaction."""
+    calls = []
+    for number, (first, second) in enumerate([
+            ((1, 1, "x"), (1, 1, "x")), ((1, 1, "x"), (1, 1, "y")),  # a new row
+            ((3, 1, "x"), (2, 1, "y")), ((3, 1, "x"), (3, 1, "y")), ((3, 1, "x"), (3, 1, "x")),
+            ((4, 1, "x"), (5, 1, "y")), ((6, 2, "x"), (6, 1, "y"))]):
+        resource = f"race-{min(number, 2)}"  # the first two on a new row, the rest on one
+        given = [f"'{resource}', {epoch}, {sequence}, '{value}'"
+                 for epoch, sequence, value in (first, second)]
+        answers = overtaking(folder, *given)
+        calls += [(resource, *write, answer) for write, answer in zip((first, second), answers)]
+    return agree(calls, "a write sent while another holds the row")
+
+
 def concurrent(folder: str) -> tuple[int, set[str]]:
-    """4 psql processes at once; each write's answer and the order its row's lock gave it."""
-    run(folder, "CREATE SEQUENCE lock_order; CREATE TABLE decisions (n bigint, call text,"
-                " resource text, epoch bigint, sequence bigint, value text, answer text);")
+    """4 psql processes at once; each write's answer and the order its row's lock gave it.
+    Resources once-0 and once-1 are written at sequence 1 only (one value per epoch)."""
+    run(folder, "CREATE SEQUENCE lock_order; CREATE TABLE decisions (n bigint, resource text,"
+                " epoch bigint, sequence bigint, value text, answer text);")
     scripts = []
     for number in range(PROCESSES):
         chosen, lines = random.Random(number), []
         for _ in range(WRITES):
-            resource, epoch = f"r-{chosen.randrange(3)}", chosen.randrange(1, 5)
-            sequence, value = chosen.randrange(1, 4), chosen.choice(["a", "b"])
-            call, given = chosen.choice([("fenced_write", f"{epoch}, '{value}'"), (
-                "sequenced_write", f"{epoch}, {sequence}, '{value}'")])
-            lines.append(f"BEGIN;\nSELECT {call}('{resource}', {given}) AS answer \\gset\n"
-                         f"INSERT INTO decisions VALUES (nextval('lock_order'), '{call}', "
-                         f"'{resource}', {epoch}, {sequence}, '{value}', :'answer');\nCOMMIT;\n")
+            resource = chosen.choice(["once-0", "once-1", "jobs-0", "jobs-1"])
+            epoch, value = chosen.randrange(1, 5), chosen.choice(["a", "b"])
+            sequence = 1 if resource.startswith("once") else chosen.randrange(1, 4)
+            given = f"'{resource}', {epoch}, {sequence}, '{value}'"
+            lines.append(f"BEGIN;\nSELECT fenced_write({given}) AS answer \\gset\n"
+                         f"INSERT INTO decisions VALUES (nextval('lock_order'), {given}, "
+                         ":'answer');\nCOMMIT;\n")
         scripts.append("".join(lines))
     processes = [psql(folder, script) for script in scripts]
     for process in processes:  # all started: they run at once
         output = process.communicate(timeout=BOUND)[0]
         if process.returncode:
             raise Failed(f"a concurrent psql exits {process.returncode}: {output.strip()[-300:]}")
-    rows = run(folder, "SELECT call, resource, epoch, sequence, value, answer FROM decisions "
+    rows = run(folder, "SELECT resource, epoch, sequence, value, answer FROM decisions "
                        "ORDER BY n").split("\n")
-    calls = []
-    for row in filter(None, rows):
-        call, resource, *numbers, value, answer = row.split("|")
-        pair = [int(number) for number in numbers]
-        arguments = (pair[0], value) if call == "fenced_write" else (*pair, value)
-        calls.append((call, resource, arguments, answer))
+    calls = [(resource, int(epoch), int(sequence), value, answer) for resource, epoch, sequence,
+             value, answer in (row.split("|") for row in rows if row)]
     if len(calls) != PROCESSES * WRITES:
         raise Failed(f"{len(calls)} decisions recorded, not {PROCESSES * WRITES}")
-    return agree(calls, "concurrent writes"), {call[3] for call in calls}
+    return agree(calls, "concurrent writes"), {call[4] for call in calls}
 
 
 def main() -> int:
@@ -150,17 +199,18 @@ def main() -> int:
         checked = 0
         for number, block in enumerate(blocks, 1):
             answers = run(folder, block).split()
-            calls = [(function, str(ast.literal_eval(f"({arguments},)")[0]),
-                      ast.literal_eval(f"({arguments},)")[1:], said)
-                     for function, arguments, said in CALL.findall(block)]
-            if answers != [call[3] for call in calls]:
+            calls = [(*ast.literal_eval(f"({arguments},)"), said)
+                     for arguments, said in CALL.findall(block)]
+            if answers != [call[4] for call in calls]:
                 raise Failed(f"README's sql block {number} prints {answers}, "
-                             f"not {[call[3] for call in calls]}")
+                             f"not {[call[4] for call in calls]}")
             checked += agree(calls, f"README's sql block {number}")
+        raced = races(folder)
         count, seen = concurrent(folder)
-        print(f"postgres: {len(blocks)} README blocks, {checked} answers as shown; "
-              f"{count} writes from {PROCESSES} concurrent psql processes ({', '.join(sorted(seen))}),"
-              f" 0 mismatches with leases.Receiver")
+        print(f"postgres: README's sql block: {checked} answers as shown; {raced} writes sent "
+              f"in pairs, the second while the first held the row; {count} writes from "
+              f"{PROCESSES} psql processes at once ({', '.join(sorted(seen))}); each answer "
+              f"leases.Receiver's")
         return 0
     except (Failed, subprocess.TimeoutExpired) as failure:
         print(f"postgres: FAILED: {failure}", flush=True)

@@ -43,16 +43,17 @@ def child(folder: str, me: str, fenced: bool, tick: Any, deliveries: Any, report
 
     fenced_write, acquire = worker.fenced_write, worker.LeaseAuthority.acquire
 
-    def write(db: sqlite3.Connection, step: dict[str, Any], fence: tuple[str, str]) -> str:
+    def write(db: sqlite3.Connection, step: dict[str, Any]) -> str:
         if step["value"] == "done":  # the coordinator may pause it here, before the write
-            reports.put(("done?", me, step["job"], step["epoch"]))
+            reports.put(("done?", me, step["resource"], step["epoch"]))
             go.get(timeout=BOUND)
         if fenced:
-            answer = str(fenced_write(db, step, fence))
+            answer = str(fenced_write(db, step))
         else:  # the blind write: whatever comes last stays
-            db.execute("INSERT OR REPLACE INTO jobs VALUES (:job, :epoch, :sequence, :value)", step)
+            db.execute("INSERT OR REPLACE INTO fenced VALUES (:resource, :epoch, :sequence, :value)",
+                       step)
             answer = "applied"
-        reports.put(("wrote", me, step["job"], step["epoch"], step["sequence"], answer))
+        reports.put(("wrote", me, step["resource"], step["epoch"], step["sequence"], answer))
         return answer
 
     def acquire_once_lost(self: Any, job: str, holder: str, **kwargs: Any) -> Any:
@@ -89,8 +90,8 @@ def pool(folder: str, *, fenced: bool) -> dict[str, int]:
 
     jobs = [f"job-{number}" for number in range(JOBS)]
     store = sqlite3.connect(os.path.join(folder, "jobs.sqlite3"), isolation_level=None)
-    store.executescript(fence.TABLES)
-    store.executemany("INSERT INTO jobs VALUES (?, 0, 0, 'queued')", [(job,) for job in jobs])
+    store.execute(fence.TABLE)
+    store.executemany("INSERT INTO fenced VALUES (?, 0, 0, 'queued')", [(job,) for job in jobs])
     context = multiprocessing.get_context("spawn")
     tick, lose = context.Value("q", 0), context.Value("b", 1)
     deliveries, reports = context.Queue(), context.Queue()
@@ -133,7 +134,7 @@ def pool(folder: str, *, fenced: bool) -> dict[str, int]:
                     paused.remove(stopped)  # a newer "done" is stored: it goes on
                     go[stopped[1]].put("go")
             if outstanding == 0 and not paused:
-                left = [job for job, in store.execute("SELECT job FROM jobs WHERE value != 'done'")]
+                left = [job for job, in store.execute("SELECT resource FROM fenced WHERE value != 'done'")]
                 if not left:
                     break
                 for job in left:  # leases lost to the clock: offered again
@@ -151,7 +152,7 @@ def pool(folder: str, *, fenced: bool) -> dict[str, int]:
                 process.kill()
                 process.join()
     stored = {job: (epoch, sequence) for job, epoch, sequence
-              in store.execute("SELECT job, epoch, sequence FROM jobs")}
+              in store.execute("SELECT resource, epoch, sequence FROM fenced")}
     store.close()
     counts["lost updates"] = sum(stored[job] < pair for job, pair in highest.items())
     with leases.LeaseAuthority(os.path.join(folder, "leases.sqlite3")) as authority:
