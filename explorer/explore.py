@@ -1,0 +1,960 @@
+"""Play every schedule of a small bound on the real library, count what happened, check it.
+
+A bound is H holders that all run one program (acquire, renew, check, write, release, and
+retry: the holder's last write sent again), at ticks 0 to T, with one ttl.  A schedule is an
+order of the holders' steps and the tick of each.  Every step is played through
+run_experiment.perform on the real LeaseAuthority and on each receiver of the run (the model's
+fenced and unfenced receivers and AskingReceiver, a contrast; or a reader's own, --receiver),
+and judged by run_experiment.CLASSES.
+
+The one assumption: a call's answer rests on the file and the call.  So the search plays each
+call once from each content of the file it meets (restoring that content with its own SQL),
+and merges schedules that reach the same content, tick, holders' places and leases.  The
+assumption is tested, not trusted: every failing schedule shown, and a seeded sample of
+passing ones, is played again whole from a fresh start (a new process, a freshly imported
+library, a new file, each holder with objects of its own), and every answer must be the
+search's.  A difference is exit 1, naming the schedule and the call.
+
+With --statements, statements.py interleaves the holders' calls at each SQL statement instead.
+
+    python3 explorer/explore.py [--statements] [--holders N] [--program WORD ...]
+        [--last-tick T] [--ttl N] [--resources N] [--receiver MODULE:NAME] [--sample N]
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import math
+import multiprocessing
+import os
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:  # leases.py and run_experiment.py, one folder up,
+    sys.path.append(os.path.dirname(HERE))  # after this folder: explore is this module
+
+from leases import Lease, LeaseAuthority, Outcome, Receiver, is_live  # noqa: E402
+from run_experiment import (  # noqa: E402
+    CLASSES,
+    RESOURCE,
+    Action,
+    Answer,
+    Event,
+    Step,
+    Write,
+    classes,
+    judge,
+    perform,
+    timeline,
+    write,
+)
+
+__all__ = [
+    "CHECKS", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RETRY",
+    "AskingReceiver", "Bound", "Different", "Place", "Record", "Run", "explore", "main",
+    "places", "replay",
+]
+
+RETRY = "retry"  # a program's word beside run_experiment's actions: the last write again
+HOLDERS = "ABCDEFGH"
+RESOURCES = (RESOURCE, "annual-report")
+
+
+# --- data: a bound, the places answers come from, and the record of a schedule ---
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Holders A, B, ... that all run `program`; with two `resources`, A acquires the first,
+    B the second, C the first, and so on."""
+
+    holders: int = 2
+    program: tuple[str, ...] = ("acquire", "renew", "write", "release")
+    last_tick: int = 5
+    ttl: int = 2
+    resources: int = 1
+
+    def __post_init__(self) -> None:
+        for position, word in enumerate(self.program):
+            if word not in (*(a.value for a in Action), RETRY):
+                raise ValueError(f"unknown step {word!r}")
+            if word == RETRY and "write" not in self.program[:position]:
+                raise ValueError(f"a retry sends the holder's last write again: it needs a "
+                                 f"write before it, got {' '.join(self.program)!r}")
+
+    def step(self, h: int, position: int, tick: int) -> Step:
+        """Holder h's step at `position`: its k-th write sends "A1", "A2", ...; a retry, the
+        last of them again."""
+        word = self.program[position]
+        action = Action.WRITE if word == RETRY else Action(word)
+        value = f"{HOLDERS[h]}{self.program[:position + 1].count('write')}"
+        timed = action in (Action.ACQUIRE, Action.RENEW)
+        return Step(HOLDERS[h], action, tick, self.ttl if timed else None,
+                    value if action is Action.WRITE else None)
+
+    def resource(self, h: int) -> str:
+        return RESOURCES[h % self.resources]
+
+    def count(self) -> tuple[int, str]:
+        """How many schedules the bound has, and the formula: the orders of the steps, times
+        the ways to give n steps rising ticks from 0 to T."""
+        n, size = self.holders * len(self.program), len(self.program)
+        orders = math.factorial(n) // math.factorial(size) ** self.holders
+        timings = math.comb(n + self.last_tick, n)
+        return orders * timings, (f"multinomial({n}; {', '.join([str(size)] * self.holders)})"
+                                  f" x C({n} + {self.last_tick}, {n}) = {orders} x {timings}")
+
+    def said(self) -> str:
+        return (f"{self.holders} holder{'s' * (self.holders != 1)}, each: "
+                f"{' '.join(self.program)}; ticks 0 to {self.last_tick}, ttl {self.ttl}"
+                f"{', 2 resources' * (self.resources == 2)}")
+
+
+@dataclass(frozen=True)
+class Place:
+    """A receiver of the run: its column's name, what it is, how to make one on a file, and
+    the rules its answers are checked by: "fenced", "unfenced" or "asking"."""
+
+    name: str
+    says: str
+    spec: str  # "fenced", "unfenced", "asking", or a reader's "MODULE:NAME"
+    rules: str
+
+    def make(self, path: str) -> Any:
+        if self.spec in ("fenced", "unfenced"):
+            return Receiver(path, fenced=self.spec == "fenced")
+        if self.spec == "asking":
+            return AskingReceiver(path)
+        return Yours(load(self.spec), path)
+
+
+def places(receiver: str | None = None) -> tuple[Place, ...]:
+    """The receivers of a run: the model's two and the contrast, or a reader's own alone."""
+    if receiver is not None:
+        load(receiver)  # a usage error now, not in a worker
+        name = receiver.rpartition(":")[2]
+        return (Place(name, f"{receiver}, checked as a fence", receiver, "fenced"),)
+    return (Place("fenced", "the model's Receiver, fenced", "fenced", "fenced"),
+            Place("unfenced", "the model's Receiver, unfenced", "unfenced", "unfenced"),
+            Place("asking", "not the model's receiver: AskingReceiver, which asks the "
+                  "authority inside its own write transaction", "asking", "asking"))
+
+
+def load(spec: str) -> Callable[[str], Any]:
+    """The class named by "MODULE:NAME", imported from the current folder or explorer/."""
+    module, colon, name = spec.partition(":")
+    if not (module and colon and name):
+        raise ValueError(f"--receiver wants MODULE:NAME, got {spec!r}")
+    for folder in (HERE, os.getcwd()):
+        if folder not in sys.path:
+            sys.path.append(folder)
+    found = getattr(importlib.import_module(module), name, None)
+    if not callable(found):
+        raise ValueError(f"--receiver {spec!r}: {module!r} has no class {name!r}")
+    return found  # type: ignore[no-any-return]
+
+
+class Record(NamedTuple):
+    """One resource's record in a schedule so far, from the answers alone, never the rows."""
+
+    row: tuple[str | None, int, int] | None  # the authority's (holder, epoch, expiry) as its
+    # answers leave it, the holder None once released; None before any grant
+    newest: int  # the highest epoch granted
+    stored: tuple[tuple[int, str] | None, ...]  # what each place last applied
+
+    @classmethod
+    def empty(cls, places: int) -> "Record":
+        return cls(None, 0, (None,) * places)
+
+
+class Run(NamedTuple):
+    """What a schedule's step did: the lease its holder keeps (as fields), its answer at each
+    place (as JSON), and whether the call left the write lock held."""
+
+    kept: tuple[Any, ...] | None
+    events: tuple[tuple[Any, ...], ...]
+    lock_left: bool
+
+
+# --- rules: what the contract answers, and the checks of each step ---
+
+
+def expected(record: Record, step: Step, held: Lease | None, rules: Sequence[str],
+             resource: str) -> tuple[list[tuple[Any, ...]], tuple[Any, ...] | None]:
+    """What the contract says `step` answers at each place (outcome, epoch, expires_at,
+    value, stored pair), and the lease its holder keeps: from the record alone."""
+    row, tick, action = record.row, step.tick, step.action
+    live = row is not None and row[0] is not None and is_live(row[2], now=tick)
+    mine = row is not None and held is not None and (row[0], row[1]) == (step.actor, held.epoch)
+    keep, none = _fields(held), (None, None, None)
+    if action is Action.ACQUIRE and live:
+        assert row is not None
+        return [("held", row[1], row[2], *none)] * len(rules), keep
+    if action is Action.ACQUIRE or (action is Action.RENEW and mine and live):
+        assert step.ttl is not None
+        epoch = held.epoch if held and action is Action.RENEW else row[1] + 1 if row else 1
+        answer = "renewed" if action is Action.RENEW else "granted"
+        lease = (resource, step.actor, epoch, tick + step.ttl)
+        return [(answer, epoch, tick + step.ttl, *none)] * len(rules), lease
+    if held is None:
+        return [("no lease", None, None, *none)] * len(rules), None
+    if action is Action.CHECK and mine and live:
+        assert row is not None
+        return [("live", held.epoch, row[2], *none)] * len(rules), keep
+    if action is not Action.WRITE:
+        answer = "released" if action is Action.RELEASE and mine else "lost"
+        return [(answer, held.epoch, None, *none)] * len(rules), None
+    epoch, value, answers = held.epoch, step.value, []
+    for kind, pair in zip(rules, record.stored):
+        if kind == "asking":
+            outcome = ("applied" if live and row is not None and epoch == row[1] else
+                       "stale" if row is not None and epoch < row[1] else "not live")
+        elif kind == "unfenced" or pair is None or epoch > pair[0]:
+            outcome = "applied"
+        else:
+            outcome = "stale" if epoch < pair[0] else "replay" if value == pair[1] else "conflict"
+        after = (epoch, value) if outcome == "applied" else pair or (None, None)
+        answers.append((outcome, epoch, None, value, *after))
+    return answers, keep
+
+
+class Move(NamedTuple):
+    """One step as a check sees it: the record before and after, the step and its answers."""
+
+    before: Record
+    after: Record
+    step: Step
+    held: Lease | None
+    run: Run
+    others: tuple[Any, ...]  # the leases the other holders of this resource keep
+    rules: tuple[str, ...]
+    resource: str
+
+
+def epochs_increase(move: Move) -> list[str]:
+    """A grant's epoch is no higher than one granted before."""
+    first = move.run.events[0]
+    return ["authority"] if first[3] == "granted" and first[4] <= move.before.newest else []
+
+
+def one_live_lease(move: Move) -> list[str]:
+    """Two holders keep leases live at this tick."""
+    leases = [lease for lease in (move.run.kept, *move.others) if lease is not None]
+    return ["authority"] if sum(is_live(lease[3], now=move.step.tick)
+                                for lease in leases) > 1 else []
+
+
+def fence(move: Move) -> list[str]:
+    """A fenced place applied an epoch no higher than one it had stored."""
+    if not _writes(move):
+        return []
+    return [str(p) for p, (kind, event, pair) in enumerate(
+        zip(move.rules, move.run.events, move.before.stored))
+        if kind == "fenced" and event[3] == "applied" and pair is not None
+        and event[4] <= pair[0]]
+
+
+def model(move: Move) -> list[str]:
+    """An answer, or the lease its holder keeps, is not the contract's from the record."""
+    answers, kept = expected(move.before, move.step, move.held, move.rules, move.resource)
+    wrong = [str(p) for p, (answer, event) in enumerate(zip(answers, move.run.events))
+             if answer != _compared(event, answer)]
+    if kept != move.run.kept or (wrong and not _writes(move)):
+        return ["authority", *(wrong if _writes(move) else [])]
+    return wrong
+
+
+def lock_left(move: Move) -> list[str]:
+    """The call returned with the file's write lock still held: a transaction left open."""
+    return ["authority"] if move.run.lock_left else []
+
+
+# Each check of every step, and the places (authority, or a place's index) where it failed.
+CHECKS: dict[str, Callable[[Move], list[str]]] = {
+    "epochs increase": epochs_increase, "one live lease": one_live_lease, "fence": fence,
+    "model": model, "lock left": lock_left,
+}
+
+
+def _compared(event: tuple[Any, ...], answer: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An event's (outcome, epoch, expires_at, value, stored pair); a reader's receiver says
+    no stored pair, so the contract's stands in for it."""
+    said = event[3:9]
+    return said if said[4:] != (None, None) or said[0] not in ("applied", "replay", "conflict",
+                                                               "stale") else (*said[:4],
+                                                                              *answer[4:])
+
+
+def _writes(move: Move) -> bool:
+    return move.step.action is Action.WRITE and move.held is not None
+
+
+def recorded(record: Record, step: Step, held: Lease | None, run: Run) -> Record:
+    """The record after a step: from its answers, never from the file."""
+    outcome, epoch, expires = run.events[0][3], run.events[0][4], run.events[0][5]
+    row, newest = record.row, record.newest
+    if outcome in ("granted", "renewed") and isinstance(epoch, int):
+        row = (step.actor, epoch, expires)
+        newest = max(newest, epoch) if outcome == "granted" else newest
+    elif outcome == "released" and row is not None:
+        row = (None, row[1], row[2])
+    stored = record.stored
+    if step.action is Action.WRITE and held is not None:
+        stored = tuple((event[4], event[6]) if event[3] == "applied" else pair
+                       for event, pair in zip(run.events, stored))
+    return Record(row, newest, stored)
+
+
+def judged(record: Record, step: Step, held: Lease | None, run: Run,
+           others: tuple[Any, ...], rules: tuple[str, ...],
+           resource: str) -> tuple[list[tuple[int, int]], list[tuple[str, str]], Record]:
+    """A step's classes (place, class index), the checks it fails (check, place), and the
+    record after it."""
+    after = recorded(record, step, held, run)
+    move = Move(record, after, step, held, run, others, rules, resource)
+    failed = [(name, place) for name, check in CHECKS.items() for place in check(move)]
+    found = []
+    if _writes(move) and held is not None:
+        for p, (event, pair) in enumerate(zip(run.events, record.stored)):
+            write_ = Write(Event.from_json(_json(event)), record.newest,
+                           None if pair is None else pair[0], held.expires_at)
+            found += [(p, c) for c, hit in enumerate(classes(write_)) if hit]
+    return found, failed, after
+
+
+def _fields(lease: Lease | None) -> tuple[Any, ...] | None:
+    return None if lease is None else (lease.resource, lease.holder, lease.epoch,
+                                       lease.expires_at)
+
+
+_KEYS = ("actor", "action", "tick", "outcome", "epoch", "expires_at", "value",
+         "stored_epoch", "stored_value")
+
+
+def _json(event: tuple[Any, ...]) -> dict[str, Any]:
+    return dict(zip(_KEYS, event))
+
+
+# --- receivers: the contrast, and a reader's own ---
+
+
+class AskingReceiver:
+    """NOT the model's receiver: a contrast that asks the authority.  In its own BEGIN
+    IMMEDIATE transaction on the authority's file it applies a write only if its epoch is
+    the lease live at the write's tick; else "stale" (a higher epoch was granted) or
+    "not live".  It keeps the pair it stores in a table of its own."""
+
+    def __init__(self, path: str) -> None:
+        self._connection = sqlite3.connect(path, isolation_level=None, timeout=30)
+        self._connection.execute("CREATE TABLE IF NOT EXISTS asking (resource TEXT PRIMARY KEY,"
+                                 " epoch INTEGER NOT NULL, value TEXT NOT NULL)")
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def write(self, resource: str, epoch: int, value: str, *, now: int) -> tuple[Any, ...]:
+        """Decide on one write at tick `now`: (outcome, resource, epoch, value, stored pair)."""
+        connection = self._connection
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            row = connection.execute("SELECT holder, epoch, expires_at FROM leases"
+                                     " WHERE resource = ?", (resource,)).fetchone()
+            stored = connection.execute("SELECT epoch, value FROM asking WHERE resource = ?",
+                                        (resource,)).fetchone()
+            if row is not None and row[0] is not None and is_live(row[2], now=now) and (
+                    epoch == row[1]):
+                outcome, stored = "applied", (epoch, value)
+                connection.execute("INSERT OR REPLACE INTO asking VALUES (?, ?, ?)",
+                                   (resource, epoch, value))
+            else:
+                outcome = "stale" if row is not None and epoch < row[1] else "not live"
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        return (outcome, resource, epoch, value, *(stored or (None, None)))
+
+
+class Yours:
+    """A reader's receiver, made as NAME(path), as the explorer asks it: its write's answer
+    (an Outcome or its text) as a result run_experiment.write reads; no stored pair."""
+
+    def __init__(self, made: Callable[[str], Any], path: str) -> None:
+        self.receiver = made(path)
+
+    def close(self) -> None:
+        getattr(self.receiver, "close", lambda: None)()
+
+    def write(self, resource: str, epoch: int, value: str) -> Any:
+        said = self.receiver.write(resource, epoch, value)
+        outcome = Outcome(getattr(said, "value", said))  # ValueError if it is no Outcome
+        return _Result(outcome, resource, epoch, value, None, None)
+
+
+class _Result(NamedTuple):
+    outcome: str
+    resource: str
+    epoch: int
+    value: str
+    stored_epoch: int | None
+    stored_value: str | None
+
+
+class _AtTick:
+    """AskingReceiver as run_experiment.write asks a receiver: the step's tick given."""
+
+    def __init__(self, receiver: AskingReceiver, now: int) -> None:
+        self.receiver, self.now = receiver, now
+
+    def write(self, resource: str, epoch: int, value: str) -> _Result:
+        return _Result(*self.receiver.write(resource, epoch, value, now=self.now))
+
+
+def played(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
+           resource: str) -> tuple[Lease | None, tuple[tuple[Any, ...], ...]]:
+    """Play `step` for a holder keeping `held`, on its authority and places (`objects`),
+    through run_experiment's perform and write: the lease it keeps, and each place's event.
+    An exception is an answer too ("raised ..."), which no rule gives."""
+    authority, *receivers = (_AtTick(o, step.tick) if isinstance(o, AskingReceiver) else o
+                             for o in objects)
+    events: list[Event] = []
+    kept = held
+    try:
+        kept, first = perform(step, held, authority, receivers[0], resource)
+        events.append(first)
+    except Exception as exc:  # noqa: BLE001 - a broken library's answer, checked as one
+        events.append(_raised(step, exc, path))
+    if step.action is not Action.WRITE or held is None or events[0].outcome.startswith("r"
+                                                                                       "aised"):
+        events *= len(receivers)
+    else:
+        for receiver in receivers[1:]:
+            try:
+                events.append(write(step, held, receiver))
+            except Exception as exc:  # noqa: BLE001 - as above
+                events.append(_raised(step, exc, path))
+    return kept, tuple(tuple(event.as_json().get(key) for key in _KEYS) for event in events)
+
+
+def _raised(step: Step, exc: BaseException, path: str) -> Event:
+    text = str(exc).replace(os.path.dirname(path) + os.sep, "")  # the same in every folder
+    return Event.of(step, f"raised {type(exc).__name__}: {text}")
+
+
+# --- the search: schedules counted by state, each call played once per content ---
+
+
+class _File:
+    """The search's one file and the objects on it, with a connection of the explorer's own
+    that reads and sets everything the file's tables hold."""
+
+    def __init__(self, folder: str, rules: tuple[Place, ...]) -> None:
+        self.path, self.places = os.path.join(folder, "leases.sqlite3"), rules
+        self.objects = self._open()
+        self.raw = sqlite3.connect(self.path, isolation_level=None, timeout=0)
+        self.raw.execute("PRAGMA synchronous = OFF")  # its own writes only: a crash loses a run
+        self.contents: list[Any] = []
+        self.ids: dict[Any, int] = {}
+        self.here = self._intern(self._read())
+
+    def _open(self) -> list[Any]:
+        return [LeaseAuthority(self.path), *(place.make(self.path) for place in self.places)]
+
+    def close(self) -> None:
+        for store in self.objects:
+            store.close()
+        self.raw.close()
+
+    def play(self, at: int, step: Step, held: Lease | None, resource: str) -> tuple[Run, int]:
+        """Play `step` from the content `at`: what it did, and the content it left."""
+        if at != self.here:
+            self._restore(self.contents[at])
+        kept, events = played(step, held, self.objects, self.path, resource)
+        left = False
+        try:
+            content = self._read()
+        except sqlite3.OperationalError:  # locked: a transaction left open
+            left = True
+            for store in self.objects:
+                store.close()
+            self.objects = self._open()
+            content = self._read()
+        self.here = self._intern(content)
+        return Run(_fields(kept), events, left), self.here
+
+    def _intern(self, content: Any) -> int:
+        if content not in self.ids:
+            self.ids[content] = len(self.contents)
+            self.contents.append(content)
+        return self.ids[content]
+
+    def _read(self) -> Any:
+        """Every table's schema and rows (a rowid table's rowids too), under the write lock."""
+        self.raw.execute("BEGIN IMMEDIATE")
+        try:
+            tables = self.raw.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+                                      " ORDER BY name").fetchall()
+            return tuple((name, sql, tuple(self.raw.execute(self._select(name, sql))))
+                         for name, sql in tables)
+        finally:
+            self.raw.execute("COMMIT")
+
+    @staticmethod
+    def _select(name: str, sql: str) -> str:
+        if "WITHOUT ROWID" in sql.upper():
+            return f'SELECT * FROM "{name}"'  # in key order
+        return f'SELECT rowid, * FROM "{name}" ORDER BY rowid'
+
+    def _restore(self, content: Any) -> None:
+        """Make the tables hold `content` again, in one transaction of the explorer's own."""
+        now = self.contents[self.here]
+        if [table[:2] for table in content] != [table[:2] for table in now]:
+            raise Unsupported("a call changed the tables themselves; the step mode restores "
+                              "rows only")
+        self.raw.execute("BEGIN IMMEDIATE")
+        try:
+            for (name, sql, rows), (_, _, rows_now) in zip(content, now):
+                if rows != rows_now:
+                    self.raw.execute(f'DELETE FROM "{name}"')
+                    if rows:
+                        self.raw.executemany(self._fill(name, sql, len(rows[0])), rows)
+            self.raw.execute("COMMIT")
+        except BaseException:
+            if self.raw.in_transaction:
+                self.raw.execute("ROLLBACK")
+            raise
+        self.here = self._intern(content)
+
+    def _fill(self, name: str, sql: str, width: int) -> str:
+        columns = [row[1] for row in self.raw.execute(f'PRAGMA table_info("{name}")')]
+        if "WITHOUT ROWID" not in sql.upper():
+            columns.insert(0, "rowid")
+        names = ", ".join(f'"{c}"' for c in columns)
+        return f'INSERT INTO "{name}" ({names}) VALUES ({", ".join("?" * width)})'
+
+
+class Unsupported(Exception):
+    """What the explorer cannot do with this library or receiver: a usage error, exit 2."""
+
+
+class Different(Exception):
+    """A call answered otherwise played whole from a fresh start than in the search: its
+    answer rests on more than the file and the call."""
+
+
+class State(NamedTuple):
+    content: int
+    tick: int
+    positions: tuple[int, ...]
+    leases: tuple[Any, ...]  # the lease each holder keeps, as fields, or None
+    records: tuple[Record, ...]  # one per resource
+
+
+Schedule = tuple[tuple[int, int], ...]  # (holder, tick) of each step
+
+
+def explore(bound: Bound, receivers: tuple[Place, ...] | None = None, *, sample: int = 8,
+            seed: int = 0) -> dict[str, Any]:
+    """Every schedule of `bound`, counted by state; the table of what happened (see `table`).
+    A failing witness and `sample` random schedules (drawn with `seed`) are played again
+    whole from a fresh start, and must answer as in the search: else Different."""
+    receivers = receivers or places()
+    with contextlib.ExitStack() as cleanup:
+        folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="explore-"))
+        asked = [(schedule, _Fresh(bound, receivers, schedule, cleanup))
+                 for schedule in _drawn(bound, sample, seed)]  # played while the search runs
+        bench = _File(folder, receivers)
+        cleanup.callback(bench.close)
+        ends, smallest, known, states = _search(bound, bench)
+        found = {flag: _walk(bound, bench, known, schedule)
+                 for flag, schedule in smallest.items()}
+        asked += [(smallest[flag], _Fresh(bound, receivers, smallest[flag], cleanup))
+                  for flag in smallest if flag[0] == "failed"]
+        for schedule, fresh in asked:
+            _same(bound, schedule, _walk(bound, bench, known, schedule), fresh.result())
+    return table(bound, receivers, ends, states, len(known), found)
+
+
+def _search(bound: Bound, bench: _File) -> tuple[Counter[frozenset[Any]], dict[Any, Schedule],
+                                                  dict[Any, tuple[Run, int]], int]:
+    """Count schedules by state, one layer per step.  Each state keeps the smallest schedule
+    that reaches it and how many schedules reach it with each set of flags (the classes each
+    place showed, the checks failed)."""
+    rules = tuple(place.rules for place in bench.places)
+    start = State(bench.here, 0, (0,) * bound.holders, (None,) * bound.holders,
+                  (Record.empty(len(rules)),) * bound.resources)
+    layer: dict[State, tuple[Schedule, Counter[frozenset[Any]]]] = {
+        start: ((), Counter({frozenset(): 1}))}
+    known: dict[Any, tuple[Run, int]] = {}  # (content, step, lease, resource) -> what it did
+    smallest: dict[Any, Schedule] = {}
+    states = 1
+    for _ in range(bound.holders * len(bound.program)):
+        following: dict[State, tuple[Schedule, Counter[frozenset[Any]]]] = {}
+        for state, (schedule, counts) in layer.items():
+            for h, tick in _next(bound, state.tick, state.positions):
+                flags, goes = _stepped(bound, bench, known, rules, state, h, tick)
+                reach = (*schedule, (h, tick))
+                for flag in flags:
+                    if flag not in smallest or _order(reach) < _order(smallest[flag]):
+                        smallest[flag] = reach
+                before = following.get(goes)
+                if before is None or _order(reach) < _order(before[0]):
+                    following[goes] = (reach, before[1] if before else Counter())
+                target = following[goes][1]
+                for having, count in counts.items():
+                    target[having | flags] += count
+        layer, states = following, states + len(following)
+    ends: Counter[frozenset[Any]] = Counter()
+    for _, counts in layer.values():
+        ends.update(counts)
+    return ends, smallest, known, states
+
+
+def _stepped(bound: Bound, bench: _File, known: dict[Any, tuple[Run, int]],
+             rules: tuple[str, ...], state: State, h: int,
+             tick: int) -> tuple[frozenset[Any], State]:
+    """Holder h's next step at `tick` from `state`: the flags it raises, and the state after."""
+    step = bound.step(h, state.positions[h], tick)
+    resource, r = bound.resource(h), h % bound.resources
+    belief = state.leases[h]
+    held = None if belief is None else Lease(*belief)
+    key = (state.content, step, belief, resource)
+    if key not in known:
+        known[key] = bench.play(state.content, step, held, resource)
+    run, content = known[key]
+    others = tuple(lease for g, lease in enumerate(state.leases)
+                   if g != h and lease is not None and lease[0] == resource)
+    found, failed, after = judged(state.records[r], step, held, run, others, rules, resource)
+    flags = frozenset([*(("class", p, c) for p, c in found),
+                       *(("failed", check, place) for check, place in failed)])
+    return flags, State(content, tick, _put(state.positions, h, state.positions[h] + 1),
+                        _put(state.leases, h, run.kept), _put(state.records, r, after))
+
+
+def _order(schedule: Schedule) -> tuple[Any, ...]:
+    """Smaller first: by ticks, then by holders."""
+    return tuple(t for _, t in schedule), tuple(h for h, _ in schedule)
+
+
+def _next(bound: Bound, tick: int, positions: tuple[int, ...]) -> Iterator[tuple[int, int]]:
+    """Every (holder, tick) that may come next: a holder not done, at any tick from now on."""
+    for h, position in enumerate(positions):
+        if position < len(bound.program):
+            yield from ((h, later) for later in range(tick, bound.last_tick + 1))
+
+
+def _put(items: tuple[Any, ...], index: int, item: Any) -> tuple[Any, ...]:
+    return (*items[:index], item, *items[index + 1:])
+
+
+def _walk(bound: Bound, bench: _File, known: dict[Any, tuple[Run, int]],
+          schedule: Schedule) -> list[tuple[Run, list[Any]]]:
+    """A schedule as the search answered it, from what it played: each step's run and
+    failures."""
+    rules = tuple(place.rules for place in bench.places)
+    state = State(0, 0, (0,) * bound.holders, (None,) * bound.holders,
+                  (Record.empty(len(rules)),) * bound.resources)
+    steps = []
+    for h, tick in schedule:
+        step = bound.step(h, state.positions[h], tick)
+        run = known[state.content, step, state.leases[h], bound.resource(h)][0]
+        flags, state = _stepped(bound, bench, known, rules, state, h, tick)
+        steps.append((run, sorted(flag[1:] for flag in flags if flag[0] == "failed")))
+    return steps
+
+
+class _Fresh:
+    """A schedule played whole in a new process of its own (spawned: it imports the library
+    afresh), started at once; `result()` waits for its steps."""
+
+    def __init__(self, bound: Bound, receivers: tuple[Place, ...], schedule: Schedule,
+                 cleanup: contextlib.ExitStack) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.answers, sender = context.Pipe(duplex=False)
+        self.process = context.Process(target=_replayed, args=(sender, bound, receivers,
+                                                               schedule), daemon=True)
+        self.process.start()
+        sender.close()
+        cleanup.callback(self._stop)
+
+    def result(self) -> list[tuple[Run, list[Any]]]:
+        if not self.answers.poll(REPLAY_SECONDS):  # bounds a hang; no answer waits for it
+            raise Unsupported(f"a replay gave no answer in {REPLAY_SECONDS:.0f} s")
+        try:
+            steps: list[tuple[Run, list[Any]]] = self.answers.recv()
+        except EOFError:
+            self.process.join(REPLAY_SECONDS)
+            raise Unsupported(f"a replay's process ended (exit code {self.process.exitcode}) "
+                              "before it answered; its error is above") from None
+        return steps
+
+    def _stop(self) -> None:
+        self.answers.close()
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+
+
+REPLAY_SECONDS = 120.0
+
+
+def _replayed(sender: Any, bound: Bound, receivers: tuple[Place, ...],
+              schedule: Schedule) -> None:
+    sender.send(replay(bound, receivers, schedule))
+    sender.close()
+
+
+def replay(bound: Bound, receivers: tuple[Place, ...],
+           schedule: Schedule) -> list[tuple[Run, list[Any]]]:
+    """Play `schedule` whole from a fresh start: a new file, each holder with objects of its
+    own.  Run in a new process, this library is freshly imported.  Each step's run, and the
+    checks it failed, as _walk gives them."""
+    rules = tuple(place.rules for place in receivers)
+    with tempfile.TemporaryDirectory(prefix="explore-replay-") as folder:
+        path = os.path.join(folder, "leases.sqlite3")
+        objects = [[LeaseAuthority(path), *(place.make(path) for place in receivers)]
+                   for _ in range(bound.holders)]
+        raw = sqlite3.connect(path, isolation_level=None, timeout=0)
+        try:
+            positions, leases = [0] * bound.holders, [None] * bound.holders
+            records = [Record.empty(len(rules))] * bound.resources
+            steps = []
+            for h, tick in schedule:
+                step, resource, r = bound.step(h, positions[h], tick), bound.resource(h), \
+                    h % bound.resources
+                held = None if leases[h] is None else Lease(*leases[h])
+                kept, events = played(step, held, objects[h], path, resource)
+                try:
+                    raw.execute("BEGIN IMMEDIATE")
+                    raw.execute("COMMIT")
+                    left = False
+                except sqlite3.OperationalError:
+                    left = True
+                    for store in objects[h]:
+                        store.close()
+                    objects[h] = [LeaseAuthority(path), *(p.make(path) for p in receivers)]
+                run = Run(_fields(kept), events, left)
+                others = tuple(lease for g, lease in enumerate(leases)
+                               if g != h and lease is not None and lease[0] == resource)
+                _, failed, records[r] = judged(records[r], step, held, run, others, rules,
+                                               resource)
+                positions[h] += 1
+                leases[h] = run.kept  # type: ignore[call-overload]
+                steps.append((run, sorted(failed)))
+            return steps
+        finally:
+            raw.close()
+            for store in (store for own in objects for store in own):
+                store.close()
+
+
+def _same(bound: Bound, schedule: Schedule, searched: list[tuple[Run, list[Any]]],
+          fresh: list[tuple[Run, list[Any]]]) -> None:
+    """Different, naming the schedule and the first call answered otherwise from a fresh
+    start; a failure found in the search must be found again."""
+    for index, ((run, failed), (again, failed_again)) in enumerate(zip(searched, fresh)):
+        if run[:2] != again[:2] or failed != failed_again:
+            step = bound.step(schedule[index][0], sum(
+                h == schedule[index][0] for h, _ in schedule[:index]), schedule[index][1])
+            raise Different(
+                f"the schedule {_said(schedule)}: step {index + 1} ({step}) answered "
+                f"{_answers(run)!r} in the search but {_answers(again)!r} played whole from "
+                "a fresh start: its answer rests on more than the file and the call")
+
+
+def _answers(run: Run) -> list[Any]:
+    return [event[3] if event[3] != "applied" else f"applied {event[4]}" for event in
+            run.events] + ([] if run.kept is None else [f"keeps epoch {run.kept[2]}"])
+
+
+def _said(schedule: Schedule) -> str:
+    return ", ".join(f"{HOLDERS[h]}@{tick}" for h, tick in schedule)
+
+
+def _drawn(bound: Bound, sample: int, seed: int) -> list[Schedule]:
+    """`sample` schedules, each a random walk of the bound drawn with `seed`."""
+    chance, drawn = random.Random(seed), []
+    for _ in range(sample):
+        tick, positions, schedule = 0, [0] * bound.holders, []
+        while len(schedule) < bound.holders * len(bound.program):
+            h, tick = chance.choice(list(_next(bound, tick, tuple(positions))))
+            positions[h] += 1
+            schedule.append((h, tick))
+        drawn.append(tuple(schedule))
+    return drawn
+
+
+# --- the table ---
+
+
+def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[Any]],
+          states: int, calls: int, found: dict[Any, list[tuple[Run, list[Any]]]]
+          ) -> dict[str, Any]:
+    """What the search found, as JSON: the schedules in each class at each place (a schedule
+    counts in every class it shows), the schedules failing each check, and witnesses."""
+    schedules, formula = bound.count()
+
+    def having(test: Callable[[Any], bool]) -> int:
+        return sum(count for flags, count in ends.items() if any(test(f) for f in flags))
+
+    names = [place.name for place in receivers]
+    witnesses = {f"{names[f[1]]} {CLASSES[f[2]].name}": [_json(run.events[f[1]])
+                                                       for run, _ in steps]
+                 for f, steps in found.items() if f[0] == "class"}
+    failures = {}
+    for (_, check, place), steps in sorted(found.items(), key=lambda item: str(item[0])):
+        if _ != "failed" or check in failures:
+            continue
+        column = 0 if place == "authority" else int(place)
+        where = "authority" if place == "authority" else names[int(place)]
+        failures[check] = {"at": where,
+                           "events": [_json(run.events[column]) for run, _ in steps]}
+    return {
+        "bound": dataclasses.asdict(bound),
+        "schedules": schedules, "formula": formula, "counted": sum(ends.values()),
+        "states": states, "calls_played": calls,
+        "leases_can_expire": bound.ttl <= bound.last_tick,
+        "receivers": {place.name: place.says for place in receivers},
+        "kinds": {**{cls.name: cls.kind for cls in CLASSES}, "clean": "neither"},
+        "classes": {name: {**{cls.name: having(lambda f, p=p, c=c: f == ("class", p, c))
+                              for c, cls in enumerate(CLASSES)},
+                           "clean": schedules - having(lambda f, p=p: f[:2] == ("class", p))}
+                    for p, name in enumerate(names)},
+        "violations": {check: having(lambda f, check=check: f[:2] == ("failed", check))
+                       for check in CHECKS},
+        "witnesses": dict(sorted(witnesses.items())),
+        "failures": failures,
+    }
+
+
+def report(table_: dict[str, Any], seconds: float) -> str:
+    """The table as a reader sees it, with the smallest schedule of each harm, or of the
+    first check failed."""
+    bound, counts = Bound(**{**table_["bound"], "program": tuple(table_["bound"]["program"])}), \
+        table_["classes"]
+    failed = [name for name, count in table_["violations"].items() if count]
+    lines = [
+        f"every schedule of {bound.said()}",
+        f"  {table_['schedules']:,} schedules = {table_['formula']}",
+        f"  {table_['states']:,} states, {table_['calls_played']:,} calls played, {seconds:.1f} s",
+        "  a schedule counts in every class it shows at least once",
+        f"  {'schedules with':<30}{'kind':<12}{''.join(f'{r:>12}' for r in counts)}",
+        *(f"  {name:<30}{kind:<12}{''.join(f'{c[name]:>12,}' for c in counts.values())}"
+          for name, kind in table_["kinds"].items()),
+        *(f"  {name}: {says}" for name, says in table_["receivers"].items()),
+        f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(CHECKS)})",
+    ]
+    if not table_["leases_can_expire"]:
+        lines.append(f"  no lease can expire by tick {bound.last_tick} (ttl {bound.ttl}): "
+                     "no write can be late, so no gap or lost update, whatever the code")
+    if failed:
+        failure = table_["failures"][failed[0]]
+        shown = [(f"the smallest schedule failing {failed[0]!r} (at {failure['at']}), "
+                  "failing again played whole from a fresh start", failure["at"],
+                  failure["events"])]
+    else:
+        shown = [(f"the smallest {name}", name.split()[0], table_["witnesses"][name])
+                 for name in ("unfenced lost update", "fenced stale refused", "fenced gap")
+                 if name in table_["witnesses"]]
+    for title, receiver, events in shown:
+        answered = [Event.from_json(e) for e in events if not e["outcome"].startswith("raised")]
+        try:
+            verdict: dict[str, Any] | None = judge(answered)
+        except ValueError:  # a broken library's events need not make a verdict
+            verdict = None
+        lines.append(timeline({"name": title, "receiver": receiver, "events": events,
+                               "verdict": verdict}) if verdict else "\n".join(
+            [title, *(f"  {e}" for e in events)]))
+    return "\n".join(lines)
+
+
+# --- command line ---
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+_EPILOG = f"""\
+exit codes:
+  {EXIT_OK}    every check held
+  {EXIT_FAILED}    a check failed, or an answer rests on more than the file and the call
+       (the schedule and the call are named; a failure shown failed again from a fresh start)
+  {EXIT_USAGE}    bad arguments, or a receiver or file that cannot be used (one line)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+
+examples:
+  python3 explorer/explore.py --program acquire write
+  python3 explorer/explore.py --program acquire check write   # a check leaves the gap
+  python3 explorer/explore.py --holders 3 --resources 2 --last-tick 2 --ttl 1
+  python3 explorer/explore.py --receiver examples:ReadmeFence
+  python3 explorer/explore.py --statements --program acquire release --last-tick 1"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; its exit code."""
+    parser = argparse.ArgumentParser(
+        prog="explorer/explore.py", epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Play every schedule of a small bound on the real library and count what "
+        "happened at each receiver; with --statements, every interleaving at each SQL "
+        "statement.")
+    parser.add_argument("--statements", action="store_true",
+                        help="interleave the calls at each SQL statement, with a crash before "
+                        "each (default bound: 2 holders, acquire write, tick 0, ttl 1)")
+    parser.add_argument("--holders", type=int, choices=range(1, 9), metavar="N")
+    parser.add_argument("--program", nargs="+", metavar="WORD",
+                        help="each holder's steps: acquire renew check write release retry")
+    parser.add_argument("--last-tick", type=int, choices=range(100), metavar="T")
+    parser.add_argument("--ttl", type=int, choices=range(1, 100), metavar="N")
+    parser.add_argument("--resources", type=int, choices=(1, 2), metavar="N")
+    parser.add_argument("--receiver", metavar="MODULE:NAME",
+                        help="explore your receiver: NAME(path) with write(resource, epoch, "
+                        "value) answering an Outcome or its text, and close()")
+    parser.add_argument("--sample", type=int, default=8, metavar="N",
+                        help="passing schedules played again from a fresh start (default 8)")
+    parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    args = parser.parse_args(argv)
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        print("explore: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (ValueError, ImportError, Unsupported, OSError, sqlite3.Error) as exc:
+        print(f"explore: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _main(args: argparse.Namespace) -> int:
+    import statements  # noqa: PLC0415 - only the statement mode needs it
+
+    base = statements.BOUND if args.statements else Bound()
+    given = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
+             "resources": args.resources,
+             "program": tuple(args.program) if args.program else None}
+    bound = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+    receivers = places(args.receiver)
+    started = time.monotonic()
+    try:
+        if args.statements:
+            found = statements.explore(bound, receivers[0] if args.receiver else None)
+            text, ok = statements.report(found, time.monotonic() - started), found["ok"]
+        else:
+            result = explore(bound, receivers, sample=args.sample, seed=args.seed)
+            text = report(result, time.monotonic() - started)
+            ok = not any(result["violations"].values())
+    except Different as exc:
+        print(f"explore: {exc}")
+        return EXIT_FAILED
+    print(text)
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+BOUND = None
