@@ -571,14 +571,14 @@ def explore(bound: Bound, receivers: tuple[Place, ...] | None = None, *, sample:
     receivers = receivers or places()
     with contextlib.ExitStack() as cleanup:
         folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="explore-"))
-        asked = [(schedule, _Fresh(bound, receivers, schedule, cleanup))
+        asked = [(schedule, _Fresh(replay, (bound, receivers, schedule), cleanup))
                  for schedule in _drawn(bound, sample, seed)]  # played while the search runs
         bench = _File(folder, receivers)
         cleanup.callback(bench.close)
         ends, smallest, known, states = _search(bound, bench)
         found = {flag: _walk(bound, bench, known, schedule)
                  for flag, schedule in smallest.items()}
-        asked += [(smallest[flag], _Fresh(bound, receivers, smallest[flag], cleanup))
+        asked += [(smallest[flag], _Fresh(replay, (bound, receivers, smallest[flag]), cleanup))
                   for flag in smallest if flag[0] == "failed"]
         for schedule, fresh in asked:
             _same(bound, schedule, _walk(bound, bench, known, schedule), fresh.result())
@@ -677,21 +677,21 @@ class _Fresh:
     """A schedule played whole in a new process of its own (spawned: it imports the library
     afresh), started at once; `result()` waits for its steps."""
 
-    def __init__(self, bound: Bound, receivers: tuple[Place, ...], schedule: Schedule,
+    def __init__(self, function: Callable[..., Any], args: tuple[Any, ...],
                  cleanup: contextlib.ExitStack) -> None:
         context = multiprocessing.get_context("spawn")
         self.answers, sender = context.Pipe(duplex=False)
-        self.process = context.Process(target=_replayed, args=(sender, bound, receivers,
-                                                               schedule), daemon=True)
+        self.process = context.Process(target=_answered, args=(sender, function, *args),
+                                       daemon=True)
         self.process.start()
         sender.close()
         cleanup.callback(self._stop)
 
-    def result(self) -> list[tuple[Run, list[Any]]]:
+    def result(self) -> Any:
         if not self.answers.poll(REPLAY_SECONDS):  # bounds a hang; no answer waits for it
             raise Unsupported(f"a replay gave no answer in {REPLAY_SECONDS:.0f} s")
         try:
-            steps: list[tuple[Run, list[Any]]] = self.answers.recv()
+            steps = self.answers.recv()
         except EOFError:
             self.process.join(REPLAY_SECONDS)
             raise Unsupported(f"a replay's process ended (exit code {self.process.exitcode}) "
@@ -708,9 +708,8 @@ class _Fresh:
 REPLAY_SECONDS = 120.0
 
 
-def _replayed(sender: Any, bound: Bound, receivers: tuple[Place, ...],
-              schedule: Schedule) -> None:
-    sender.send(replay(bound, receivers, schedule))
+def _answered(sender: Any, function: Callable[..., Any], *args: Any) -> None:
+    sender.send(function(*args))
     sender.close()
 
 
@@ -943,7 +942,7 @@ def _main(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         if args.statements:
-            found = statements.explore(bound, receivers[0] if args.receiver else None)
+            found = statements.explore_statements(bound, receivers[0])
             text, ok = statements.report(found, time.monotonic() - started), found["ok"]
         else:
             result = explore(bound, receivers, sample=args.sample, seed=args.seed)
@@ -956,5 +955,7 @@ def _main(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # run as the module `explore`, which statements.py imports
+    import explore  # noqa: PLW0406 - one module, not a second copy for __main__
+
+    sys.exit(explore.main())

@@ -1,1 +1,496 @@
-BOUND = None
+"""Every interleaving of the holders' calls at each SQL statement, with a crash before each.
+
+Each holder is a thread of its own.  While this mode runs, sqlite3.connect hands a holder's
+thread a connection that stops before each statement it runs through execute, executemany,
+executescript, commit or rollback, and waits for no lock (a statement run any other way is
+seen by SQLite's trace callback and stops the run: the explorer could not have stopped there).
+The scheduler lets one holder run at a time, to its next statement or the end of its call.  A
+holder that holds SQLite's write lock runs on to COMMIT alone: in WAL mode no other connection
+can see or change what it does before then.  Before any statement a holder may die: its
+connections close with no COMMIT, as a killed process's do, and a new one (new objects) takes
+the same step again later.  After a crash the rest is played one way.
+
+Every interleaving starts fresh: a new file, new threads, new objects; the library's module
+is the one import of this process, so a failing interleaving is played again whole in a new
+process, and must fail again, before it is shown.  Three verdicts:
+
+* safety: the answers, and what the file holds at the end, are those of some one-at-a-time
+  order of the calls (a call that ended comes before any call begun after); a call whose
+  holder died, or that raised, may be in it or not, unless a COMMIT of it returned;
+* liveness: no holder waits for ever (for a lock kept after a call, or in a call that hangs);
+* errors: no call raised (a lock error, say) where the contract answers.
+"""
+
+import contextlib
+import os
+import queue
+import re
+import sqlite3
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import explore
+from explore import HOLDERS, Bound, Place, Record, Run, expected, played, recorded
+from leases import Lease, LeaseAuthority
+
+__all__ = ["BOUND", "VERDICTS", "Call", "Interleaving", "explore_statements", "play", "report"]
+
+BOUND = Bound(2, ("acquire", "write"), last_tick=0, ttl=1)
+VERDICTS = ("safety", "liveness", "errors")
+HANDOFF_SECONDS = 30.0  # bounds a hung call; a call that takes longer is a liveness failure
+
+# A statement that takes SQLite's write lock (or needs it, as a strict checkpoint does).
+_WRITES = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|REPLACE|CREATE|"
+                     r"DROP|ALTER|VACUUM|PRAGMA\s+\w*\s*wal_checkpoint\s*\(\s*\W?(FULL|RESTART|"
+                     r"TRUNCATE))", re.IGNORECASE)
+_CONNECT = sqlite3.connect  # the explorer's own, never stopped
+ANSWER = "(its answer, before it is heard)"  # where a holder may die after its last statement
+
+
+# --- data ---
+
+
+class Call(NamedTuple):
+    """One call of an interleaving: its step and lease, its answer (None if its holder died
+    in it), whether a COMMIT of it returned, and the choices it began and ended at."""
+
+    h: int
+    step: Any
+    held: Lease | None
+    run: Run | None
+    committed: bool
+    start: int
+    end: int
+
+
+class Interleaving(NamedTuple):
+    """One interleaving played: the choices taken, how many were open at each, its calls, its
+    transcript, its verdicts' failures, and what the file holds at the end."""
+
+    choices: tuple[int, ...]
+    options: tuple[int, ...]
+    calls: tuple[Call, ...]
+    said: tuple[str, ...]
+    failed: tuple[str, ...]
+    crashed: str | None  # "acquire, committed: held": the call it died in, and its retry
+
+
+# --- rules: the three verdicts of one interleaving ---
+
+
+def safe(bound: Bound, rules: tuple[str, ...], calls: tuple[Call, ...],
+         final: tuple[Any, ...]) -> bool:
+    """Some one-at-a-time order of `calls` gives every answer heard and leaves `final` (each
+    resource's authority row, and its stored pair, or None: not known)."""
+    answered = [c for c in calls if c.run is not None and not _raised(c.run)]
+    optional = [c for c in calls if c not in answered and not c.committed]
+    must = [c for c in calls if c not in answered and c.committed]
+    every = (*answered, *must, *optional)
+
+    @_memo
+    def order(placed: frozenset[int], records: tuple[Record, ...]) -> bool:
+        waiting = [i for i in range(len(every)) if i not in placed]
+        if all(every[i] in optional for i in waiting):
+            if final == _held(records, [pair is not None for _, pair in final]):
+                return True
+        for i in waiting:
+            call = every[i]
+            if any(every[j].end < call.start for j in waiting if j != i and every[j] not in
+                   optional):
+                continue  # a call that ended before this one began comes first
+            r = call.h % bound.resources
+            resource = bound.resource(call.h)
+            answers, kept = expected(records[r], call.step, call.held, rules, resource)
+            run = Run(kept, tuple((call.step.actor, call.step.action.value, call.step.tick,
+                                   *answer) for answer in answers), False)
+            if call in answered:
+                assert call.run is not None
+                if call.run.kept != kept or any(explore._compared(e, a) != a for e, a in zip(
+                        call.run.events, answers)):
+                    continue
+            after = recorded(records[r], call.step, call.held, run)
+            if order(placed | {i}, (*records[:r], after, *records[r + 1:])):
+                return True
+        return False
+
+    return order(frozenset(), (Record.empty(len(rules)),) * bound.resources)
+
+
+def _memo(function: Any) -> Any:
+    seen: dict[Any, bool] = {}
+
+    def remembered(*args: Any) -> bool:
+        if args not in seen:
+            seen[args] = function(*args)
+        return seen[args]
+
+    return remembered
+
+
+def _held(records: tuple[Record, ...], known: list[bool]) -> tuple[Any, ...]:
+    """What the file must hold by the record: each resource's authority row and stored pair."""
+    return tuple((record.row, record.stored[0] if read else None)
+                 for record, read in zip(records, known))
+
+
+def _raised(run: Run) -> bool:
+    return str(run.events[0][3]).startswith("raised")
+
+
+# --- the holders: a thread each, stopped before each statement ---
+
+
+class _Died(BaseException):  # not an error: the holder's process is gone
+    """A holder died before a statement: it runs none after, no COMMIT, no ROLLBACK."""
+
+
+class _Gated(sqlite3.Connection):
+    """A holder's connection: it stops before each statement until the scheduler lets it."""
+
+    worker: "_Worker"
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        return self.worker.run(self, sql, lambda: super(_Gated, self).execute(sql, parameters))
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        return self.worker.run(self, sql,
+                               lambda: super(_Gated, self).executemany(sql, parameters))
+
+    def executescript(self, script: str, /) -> sqlite3.Cursor:
+        return self.worker.run(self, script, lambda: super(_Gated, self).executescript(script))
+
+    def commit(self) -> None:
+        self.worker.run(self, "COMMIT", super().commit)
+
+    def rollback(self) -> None:
+        self.worker.run(self, "ROLLBACK", super().rollback)
+
+
+_workers: dict[int, "_Worker"] = {}  # by thread id, while an interleaving plays
+
+
+def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+    """sqlite3.connect while this mode runs: a holder's thread gets a stopped connection."""
+    worker = _workers.get(threading.get_ident())
+    if worker is None:
+        return _CONNECT(*args, **kwargs)
+    connection = _CONNECT(*args, **{**kwargs, "timeout": 0, "factory": _Gated})
+    assert isinstance(connection, _Gated)
+    connection.worker = worker
+    connection.set_trace_callback(worker.traced)
+    worker.connections.append(connection)
+    return connection
+
+
+class _Worker:
+    """One holder: a thread playing its calls on objects of its own, stopped before each
+    statement.  It tells the scheduler ("paused", sql), ("ended", run), ("died", None)."""
+
+    def __init__(self, h: int, path: str, place: Place, told: "queue.SimpleQueue[Any]") -> None:
+        self.h, self.path, self.place, self.told = h, path, place, told
+        self.go: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.connections: list[sqlite3.Connection] = []
+        self.objects: list[Any] = []
+        self.gated = self.dead = self.allowed = self.writing = self.committed = False
+        self.ungated: str | None = None
+        self.thread = threading.Thread(target=self._main, name=f"holder {HOLDERS[h]}",
+                                       daemon=True)
+
+    def run(self, connection: sqlite3.Connection, sql: str, statement: Any) -> Any:
+        """Run one statement once the scheduler says so; die there if it says so."""
+        if self.dead:
+            raise _Died
+        if self.gated:
+            self.told.put(("paused", sql))
+            if self.go.get() != "go":
+                self.dead = True
+                raise _Died
+        self.allowed = True
+        try:
+            return statement()
+        finally:
+            self.allowed = False
+            began = _WRITES.match(sql) is not None
+            self.writing = connection.in_transaction and (self.writing or began)
+            if re.match(r"\s*(COMMIT|END)\b", sql, re.IGNORECASE) and self.gated:
+                self.committed = self.committed or not connection.in_transaction
+
+    def traced(self, sql: str) -> None:
+        if self.gated and not self.allowed and self.ungated is None:
+            self.ungated = sql
+
+    def _main(self) -> None:
+        _workers[threading.get_ident()] = self
+        try:
+            while (order := self.go.get()) is not None:
+                step, held, resource = order
+                if not self.objects:  # a new process opens the file, not interleaved
+                    self.objects = [LeaseAuthority(self.path), self.place.make(self.path)]
+                self.gated, self.committed = True, False
+                try:
+                    kept, events = played(step, held, self.objects, self.path, resource)
+                except _Died:
+                    self.gated = False
+                    self._close()
+                    self.told.put(("died", None))
+                    continue
+                finally:
+                    self.gated = False
+                left = any(c.in_transaction for c in self.connections)
+                self.told.put(("paused", ANSWER))  # it may die before its answer is heard
+                if self.go.get() != "go":
+                    self._close()
+                    self.told.put(("died", None))
+                    continue
+                self.told.put(("ended", (Run(explore._fields(kept), events, left),
+                                         self.committed)))
+        except BaseException as exc:  # noqa: BLE001 - told, and raised by the scheduler
+            self.told.put(("broken", exc))
+        finally:
+            self._close()
+            _workers.pop(threading.get_ident(), None)
+
+    def _close(self) -> None:
+        """Close every connection as it is: SQLite rolls back what was not committed."""
+        for connection in self.connections:
+            connection.close()
+        self.connections, self.objects, self.dead, self.writing = [], [], False, False
+
+
+# --- one interleaving, played by its choices ---
+
+
+def play(bound: Bound, place: Place, choices: tuple[int, ...]) -> Interleaving:
+    """Play one interleaving from a fresh start: `choices` first (each an index into the
+    choices open there), then the first open choice at each point."""
+    with contextlib.ExitStack() as cleanup:
+        folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="statements-"))
+        path = os.path.join(folder, "leases.sqlite3")
+        told: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        workers = [_Worker(h, path, place, told) for h in range(bound.holders)]
+        for worker in workers:
+            worker.thread.start()
+            cleanup.callback(_stop, worker)
+        return _Scheduler(bound, place, workers, told, path).played(choices)
+
+
+def _stop(worker: "_Worker") -> None:
+    worker.go.put(None)
+    worker.thread.join(HANDOFF_SECONDS)
+
+
+class _Scheduler:
+    """The scheduler's view of one interleaving: each holder idle, paused before a statement,
+    or done; its calls so far.  A choice is ("start", h, tick), ("run", h) or ("die", h)."""
+
+    def __init__(self, bound: Bound, place: Place, workers: list[_Worker],
+                 told: "queue.SimpleQueue[Any]", path: str) -> None:
+        self.bound, self.place, self.workers, self.told, self.path = (bound, place, workers,
+                                                                      told, path)
+        self.sql: list[str | None] = [None] * bound.holders  # paused before it, or None: idle
+        self.positions, self.held = [0] * bound.holders, [None] * bound.holders
+        self.begun: list[int] = [0] * bound.holders
+        self.tick, self.taken, self.died = 0, 0, False
+        self.calls: list[Call] = []
+        self.said: list[str] = []
+        self.failed: list[str] = []
+        self.crashed: str | None = None
+        self.retrying: str | None = None  # the call a holder died in, taken again next
+
+    def enabled(self) -> list[tuple[Any, ...]]:
+        writer = [h for h, worker in enumerate(self.workers) if worker.writing]
+        writer += [h for h, sql in enumerate(self.sql) if sql == ANSWER]
+        if writer:  # it runs on to COMMIT (or its answer) alone, or dies: no one else sees
+            h = writer[0]
+            if self.sql[h] is None:
+                return []  # it kept the lock after its call: the others wait for ever
+            return [("run", h), *([("die", h)] * (not self.died))]
+        choices: list[tuple[Any, ...]] = []
+        for h, sql in enumerate(self.sql):
+            if sql is not None:
+                choices += [("run", h), *([("die", h)] * (not self.died))]
+            elif self.positions[h] < len(self.bound.program):
+                choices += [("start", h, t) for t in range(self.tick, self.bound.last_tick + 1)]
+        return sorted(choices, key=lambda c: c[0] == "die")  # the first, a plain run
+
+    def played(self, given: tuple[int, ...]) -> Interleaving:
+        taken: list[int] = []
+        options: list[int] = []
+        while choices := self.enabled():
+            index = given[len(taken)] if len(taken) < len(given) else 0
+            taken.append(index)
+            options.append(1 if self.died and len(taken) > len(given) else len(choices))
+            self.take(choices[index])
+        if any(p < len(self.bound.program) for p in self.positions) or any(
+                sql is not None for sql in self.sql):
+            self.failed.append("liveness")
+            self.said.append("  the others wait for ever: the write lock is kept after a call")
+        if not self.failed and not safe(self.bound, (self.place.rules,), tuple(self.calls),
+                                        self._final()):
+            self.failed.append("safety")
+            self.said.append("  no one-at-a-time order of these calls gives these answers and "
+                             "leaves what the file holds")
+        if any(c.run is not None and _raised(c.run) for c in self.calls):
+            self.failed.append("errors")
+        return Interleaving(tuple(taken), tuple(options), tuple(self.calls), tuple(self.said),
+                            tuple(self.failed), self.crashed)
+
+    def take(self, choice: tuple[Any, ...]) -> None:
+        kind, h, *rest = choice
+        worker, actor = self.workers[h], HOLDERS[h]
+        self.taken += 1
+        if kind == "start":
+            (self.tick,) = rest
+            step = self.bound.step(h, self.positions[h], self.tick)
+            self.begun[h] = self.taken
+            self.said.append(f"{actor} {step.action.value} at tick {self.tick}:")
+            held = None if self.held[h] is None else Lease(*self.held[h])
+            worker.go.put((step, held, self.bound.resource(h)))
+        elif kind == "run":
+            if self.sql[h] != ANSWER:
+                self.said.append(f"  {actor} {self.sql[h]}")
+            worker.go.put("go")
+        else:
+            self.died = True
+            self.said.append(f"  {actor} dies before {self.sql[h]}")
+            worker.go.put("die")
+        self._heard(h)
+
+    def _heard(self, h: int) -> None:
+        worker, actor = self.workers[h], HOLDERS[h]
+        try:
+            kind, what = self.told.get(timeout=HANDOFF_SECONDS)
+        except queue.Empty:
+            raise explore.Different(f"holder {actor} hung in its call: no statement or answer in "
+                                    f"{HANDOFF_SECONDS:.0f} s (liveness)") from None
+        if kind == "broken":
+            raise what
+        if worker.ungated is not None:
+            raise explore.Unsupported(f"holder {actor} ran {worker.ungated!r} where the "
+                                      "explorer cannot stop it: run each statement through a "
+                                      "connection's execute, executemany or executescript")
+        if kind == "paused":
+            self.sql[h] = what
+            return
+        self.sql[h] = None
+        step = self.bound.step(h, self.positions[h], self.tick)
+        held = None if self.held[h] is None else Lease(*self.held[h])
+        if kind == "died":
+            self.calls.append(Call(h, step, held, None, worker.committed, self.begun[h],
+                                   self.taken))
+            self.retrying = f"{step.action.value}, {'not ' * (not worker.committed)}committed"
+            return
+        run, committed = what
+        if run.lock_left:
+            self.failed.append("liveness")
+            self.said.append(f"  {actor} returned with a transaction open")
+        self.calls.append(Call(h, step, held, run, committed, self.begun[h], self.taken))
+        self.said.append(f"  {actor} {run.events[0][3]}")
+        if self.retrying is not None and self.calls[-2].run is None and self.calls[-2].h == h:
+            self.crashed, self.retrying = f"{self.retrying}: {run.events[0][3]}", None
+        self.positions[h] += 1
+        self.held[h] = run.kept
+
+    def _final(self) -> tuple[Any, ...]:
+        """What the file holds: each resource's authority row, and the stored pair as the
+        receiver reads it (as the contract says it, if a reader's receiver has no read)."""
+        connection = _CONNECT(self.path, isolation_level=None, timeout=0)
+        reader = self.place.make(self.path) if self.place.spec == "fenced" else None
+        try:
+            held = []
+            for r in range(self.bound.resources):
+                resource = explore.RESOURCES[r]
+                row = connection.execute("SELECT holder, epoch, expires_at FROM leases WHERE "
+                                         "resource = ?", (resource,)).fetchone()
+                stored = reader.read(resource) if reader is not None else None
+                held.append((row, stored))
+            return tuple(held)
+        finally:
+            connection.close()
+            if reader is not None:
+                reader.close()
+
+
+# --- the search: every interleaving, by its choices ---
+
+
+def explore_statements(bound: Bound, place: Place | None = None) -> dict[str, Any]:
+    """Every interleaving of `bound` at each statement, and each with one crash; the table.
+    A failing one is played again whole in a new process: it must fail again, else
+    explore.Different."""
+    place = place or explore.places()[0]
+    sqlite3.connect = _connect  # type: ignore[assignment]
+    found = []
+    try:
+        for run in _every(bound, place):  # up to the first failing
+            found.append(run)
+            if run.failed:
+                break
+    finally:
+        sqlite3.connect = _CONNECT
+    crashed = Counter(run.crashed for run in found if run.crashed)
+    failing = {verdict: next((run for run in found if verdict in run.failed), None)
+               for verdict in VERDICTS}
+    with contextlib.ExitStack() as cleanup:
+        for verdict, run in failing.items():
+            if run is not None:
+                again = explore._Fresh(replayed, (bound, place, run.choices), cleanup).result()
+                if verdict not in again.failed or again.said != run.said:
+                    raise explore.Different(
+                        f"the interleaving {list(run.choices)} failed {verdict} in the search "
+                        f"but played whole in a new process it {'failed ' + ', '.join(again.failed) if again.failed else 'passed'}: "
+                        "an answer rests on more than the file and the call")
+    return {
+        "bound": bound, "receiver": place.name,
+        "interleavings": sum(not _died(run) for run in found),
+        "crash_schedules": sum(_died(run) for run in found),
+        "after_a_crash": dict(sorted(crashed.items())),
+        "failed": {verdict: sum(verdict in run.failed for run in found) for verdict in VERDICTS},
+        "witnesses": {verdict: list(run.said) for verdict, run in failing.items() if run},
+        "ok": not any(failing.values()),
+    }
+
+
+def _died(run: Interleaving) -> bool:
+    return any(" dies before " in line for line in run.said)
+
+
+def replayed(bound: Bound, place: Place, choices: tuple[int, ...]) -> Interleaving:
+    """One interleaving played in a new process: the library imported afresh."""
+    sqlite3.connect = _connect  # type: ignore[assignment]
+    return play(bound, place, choices)
+
+
+def _every(bound: Bound, place: Place) -> Iterator[Interleaving]:
+    """Each interleaving, depth first: after each, every other choice open at each point."""
+    pending: list[tuple[int, ...]] = [()]
+    while pending:
+        given = pending.pop()
+        run = play(bound, place, given)
+        yield run
+        for depth in range(len(run.options) - 1, len(given) - 1, -1):
+            pending += [(*run.choices[:depth], other) for other in
+                        range(run.options[depth] - 1, 0, -1)]
+
+
+def report(table: dict[str, Any], seconds: float) -> str:
+    bound: Bound = table["bound"]
+    lines = [
+        f"every interleaving at each SQL statement of {bound.said()}, receiver "
+        f"{table['receiver']}",
+        f"  {table['interleavings']:,} interleavings, and {table['crash_schedules']:,} with a "
+        "crash: a holder dies before a statement, and a new process takes the step again "
+        f"(the rest played one way){', up to the first failing' * (not table['ok'])}; "
+        f"{seconds:.1f} s",
+        "  a crash in, and the step taken again:",
+        *(f"    {seen:<40}{count:>8,}" for seen, count in table["after_a_crash"].items()),
+        *(f"  {verdict}: {'held' if not count else f'FAILED in {count:,}'}"
+          for verdict, count in table["failed"].items()),
+    ]
+    for verdict, said in table["witnesses"].items():
+        lines += [f"the first interleaving failing {verdict}, failing again played whole in a "
+                  "new process:", *said]
+    return "\n".join(lines)
