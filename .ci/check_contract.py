@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -54,6 +53,7 @@ def run(command: list[str], folder: pathlib.Path) -> tuple[int, str]:
     """Its exit code and output; -1 if it hung, stopped with all it started."""
     process = subprocess.Popen(command, cwd=folder, stdin=subprocess.DEVNULL, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env={**os.environ, "TMPDIR": tempfile.gettempdir()},
                                start_new_session=True)
     try:
         output = process.communicate(timeout=HANG)[0]
@@ -83,7 +83,7 @@ def check_diagrams(readme: str, found: list[tuple[int, str, str]]) -> str:
     return f"diagrams: {len(names)} scenarios, each arrow as results.json has it"
 
 
-def events(text: str, name: str) -> list[tuple[Any, ...]]:
+def events(text: str, name: str) -> list[tuple[object, ...]]:
     """The events as scenario `name` plays them (of each alt/else, the branch it names): each
     arrow with the answer on the next line, as FIELDS, at the last "tick N" note before it."""
     rows, keep = [], True
@@ -93,7 +93,8 @@ def events(text: str, name: str) -> list[tuple[Any, ...]]:
             keep = words[0] == "end" or words[1:2] == [name]
         elif keep:
             rows.append(row)
-    found, tick = [], None
+    found: list[tuple[object, ...]] = []
+    tick = None
     for row, reply in zip(rows, [*rows[1:], ""]):
         if note := re.match(r"\s*Note [^:]*: tick (\d+)", row):
             tick = int(note[1])
