@@ -25,10 +25,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import leases  # the library beside README
+import answers  # beside this file: the fence's answers as leases.Receiver gives them
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 HANG = 600.0  # seconds
 CITATION = re.compile(r"\b[A-Z]\w*Tests\.test\w*\b")
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -143,17 +142,10 @@ def check_block(line: int, language: str, text: str, output: str | None,
         return f"{where}: runs, exiting 0"
     if said.splitlines() != output.splitlines():
         raise Drift(f"{where} prints {said.splitlines()}, not the text block after it")
-    # As leases.Receiver answers: by epoch where a resource is written at sequence 1 only, else
-    # by one number per (epoch, sequence), which orders as the pair does.
-    rows = [row.split() for row in output.splitlines() if " -> " in row]
-    sequenced = {row[0] for row in rows if row[2] != "1"}
-    with leases.Receiver(str(folder / "receiver.sqlite3")) as receiver:
-        for resource, epoch, sequence, *value, _, answer in rows:
-            number = int(epoch) << 32 | int(sequence) if resource in sequenced else int(epoch)
-            said = receiver.write(resource, number, " ".join(value)).outcome.value
-            if said != answer:
-                raise Drift(f"{where}: {resource} {epoch} {sequence} {' '.join(value)} is "
-                            f"{answer}, but {said} to leases.Receiver")
+    wrong = answers.mismatch([(row[0], int(row[1]), int(row[2]), " ".join(row[3:-2]), row[-1])
+                              for row in map(str.split, output.splitlines()) if "->" in row])
+    if wrong:
+        raise Drift(f"{where}: {wrong}")
     return f"{where}: prints the text block after it, each answer as leases.Receiver's"
 
 

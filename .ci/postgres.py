@@ -25,9 +25,9 @@ import sys
 import tempfile
 import time
 
+import answers  # beside this file
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import leases
 
 PROCESSES, WRITES, BOUND = 4, 150, 300.0  # the bound only catches a hang
 CALL = re.compile(r"^SELECT fenced_write\((.*)\);\s*-- (\w+)$", re.MULTILINE)
@@ -75,19 +75,10 @@ def run(folder: str, script: str) -> str:
     return output
 
 
-def agree(calls: list[tuple[str, int, int, str, str]], where: str) -> int:
-    """Each (resource, epoch, sequence, value, answer), in order, as leases.Receiver answers
-    it.  A resource written only at sequence 1 goes to it as it is; any other as one number
-    per (epoch, sequence), which orders as the pair does."""
-    sequenced = {call[0] for call in calls if call[2] != 1}
-    with tempfile.TemporaryDirectory() as scratch, leases.Receiver(
-            os.path.join(scratch, "r.sqlite3")) as receiver:
-        for resource, epoch, sequence, value, answer in calls:
-            number = epoch << 32 | sequence if resource in sequenced else epoch
-            said = receiver.write(resource, number, value).outcome.value
-            if said != answer:
-                raise Failed(f"{where}: fenced_write({resource!r}, {epoch}, {sequence}, "
-                             f"{value!r}) answers {answer!r}, leases.Receiver {said!r}")
+def agree(calls: list[answers.Write], where: str) -> int:
+    wrong = answers.mismatch(calls)
+    if wrong:
+        raise Failed(f"{where}: {wrong}")
     return len(calls)
 
 
