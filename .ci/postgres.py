@@ -2,14 +2,19 @@
 
     python3 .ci/postgres.py [README]
 
-README's ```sql blocks are PostgreSQL.  A cluster is made in a temporary folder (as the
+README's ```sql blocks are PostgreSQL's.  A cluster is made in a temporary folder (as the
 `postgres` user when run as root: PostgreSQL refuses root), reached by a Unix socket only,
-stopped and removed at the end.  Each block runs whole through psql: each `SELECT ...;  -- answer`
-line must print that answer, as leases.Receiver answers the same writes.  Then 4 psql processes
-at once send random writes to both fences; each write's answer, in the order the row's lock gave
-(a number drawn while the row is locked), must be leases.Receiver's (an (epoch, sequence) pair
-goes to it as one number that orders the same).  If initdb is missing, it installs Debian's
-postgresql package first.  Exit 0 when all agree; 1 with the reason otherwise.
+stopped and removed at the end.  Then:
+- each block runs whole through psql: each `SELECT fenced_write(...);  -- answer` prints that
+  answer;
+- pairs of writes to one row, the second sent once the first holds its transaction open (a
+  handshake on pg_stat_activity, no sleep);
+- 4 psql processes at once send 600 random writes, at sequence 1 only (one value per epoch) on
+  two resources, at sequences 1 to 3 on two others; each records its answer and a number drawn
+  while it holds the row's lock.
+Every answer, in that order, must be leases.Receiver's (.ci/answers.py).  If initdb is missing,
+Debian's postgresql package is installed first.  Exit 0 when all agree; 1 with the reason
+(the server's log when it cannot start) otherwise.
 """
 
 import ast

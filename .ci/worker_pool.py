@@ -4,10 +4,11 @@
 
 README's `# fence.py` and `# worker.py` blocks are saved, with leases.py, in a temporary folder.
 The coordinator (this process) owns the clock and an at-least-once queue: every job is put on it
-twice.  Two workers are each stopped once just before a "done" write, by a handshake: the
-coordinator moves its clock past their lease, offers the job again, and lets the paused worker go
-on only once another worker's "done" at a higher epoch is stored.  A third worker's first acquire
-commits but raises, as if its answer were lost, so that its retry meets its own grant.  The pool
+twice.  Before each "done" write a worker asks the coordinator, which stops the first two
+workers to ask (a handshake, no sleep): it moves its clock past their lease, offers the job again,
+and lets a stopped worker go on only once another worker's "done" at a higher epoch is stored.
+The pool's first grant commits but raises, as if its answer were lost, so that the retry meets
+its own grant.  The pool
 is run twice: with README's fence, then with a blind write in its place.  The fenced run must lose
 no update, grant at most 2 epochs per job, and adopt a grant; the blind run must lose an update
 (so that the check can fail).  Timeouts only catch a hang.
