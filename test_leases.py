@@ -293,8 +293,8 @@ class ReceiverTests(unittest.TestCase):
 
 class StorageTests(unittest.TestCase):
     def test_a_call_that_fails_changes_nothing(self) -> None:
-        path = new_path(self)
-        authority, receiver = opened(self, LeaseAuthority(path)), opened(self, Receiver(path))
+        path = new_path(self)  # the receiver's file apart: a transaction left open shows at once
+        authority, receiver = opened(self, LeaseAuthority(path)), opened(self, Receiver(path + "-r"))
         authority.acquire(RESOURCE, "A", now=0, ttl=1)
         # Ctrl-C inside each transaction, between its read and its write.
         with mock.patch.object(leases, "is_live", side_effect=KeyboardInterrupt), \
@@ -303,13 +303,13 @@ class StorageTests(unittest.TestCase):
         with mock.patch.object(leases, "_decide", side_effect=KeyboardInterrupt), \
                 self.assertRaises(KeyboardInterrupt):
             receiver.write(RESOURCE, 1, "lost")
+        # Nothing was kept, and no transaction was left open: both go on as if the failed
+        # calls had never been made, and so does another connection after them.
         self.assertIsNone(receiver.read(RESOURCE))
-        # Nothing was kept, and no transaction was left open: another connection writes, then
-        # these go on as if the failed calls had never been made.
-        with LeaseAuthority(path) as other:
-            self.assertEqual(other.acquire(RESOURCE, "C", now=1, ttl=1).epoch, 2)
-        self.assertEqual(authority.acquire(RESOURCE, "D", now=2, ttl=1).epoch, 3)
         self.assertEqual(receiver.write(RESOURCE, 1, "kept").outcome, Outcome.APPLIED)
+        self.assertEqual(authority.acquire(RESOURCE, "C", now=1, ttl=1).epoch, 2)
+        with LeaseAuthority(path) as other:
+            self.assertEqual(other.acquire(RESOURCE, "D", now=2, ttl=1).epoch, 3)
 
     def test_bad_input_is_refused_before_any_transaction(self) -> None:
         path = new_path(self)
