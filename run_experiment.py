@@ -40,10 +40,7 @@ if TYPE_CHECKING:  # annotations only: the spawn context makes the real objects
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Event as Released
 
-__all__ = [
-    "CLASSES", "SCENARIOS", "Action", "Answer", "Event", "ExperimentError", "Scenario", "Step",
-    "judge", "main", "perform", "run_scenarios",
-]
+__all__ = ["SCENARIOS", "Action", "ExperimentError", "Scenario", "Step", "main", "run_scenarios"]
 
 RESOURCE = "quarterly-report"
 DEFAULT_TIMEOUT = 60.0  # seconds: only bounds a hung step; no step waits for it to pass
