@@ -42,12 +42,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.dirname(HERE) not in sys.path:  # leases.py and run_experiment.py, one folder up,
     sys.path.append(os.path.dirname(HERE))  # after this folder: explore is this module
 
-from leases import Lease, LeaseAuthority, Outcome, Receiver, is_live  # noqa: E402
-from run_experiment import (  # noqa: E402
+from leases import Lease, LeaseAuthority, Outcome, Receiver, is_live
+from run_experiment import (
     CLASSES,
     RESOURCE,
     Action,
-    Answer,
     Event,
     Step,
     Write,
@@ -60,7 +59,7 @@ from run_experiment import (  # noqa: E402
 
 __all__ = [
     "CHECKS", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RETRY",
-    "AskingReceiver", "Bound", "Different", "Place", "Record", "Run", "explore", "main",
+    "AskingReceiver", "Bound", "Different", "Place", "Record", "Run", "explore_steps", "main",
     "places", "replay",
 ]
 
@@ -158,8 +157,10 @@ def load(spec: str) -> Callable[[str], Any]:
         if folder not in sys.path:
             sys.path.append(folder)
     found = getattr(importlib.import_module(module), name, None)
+    if found is None:
+        raise ImportError(f"--receiver {spec!r}: {module!r} has no class {name!r}")
     if not callable(found):
-        raise ValueError(f"--receiver {spec!r}: {module!r} has no class {name!r}")
+        raise TypeError(f"--receiver {spec!r}: {name!r} is not a class")
     return found  # type: ignore[no-any-return]
 
 
@@ -425,8 +426,9 @@ def played(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
     """Play `step` for a holder keeping `held`, on its authority and places (`objects`),
     through run_experiment's perform and write: the lease it keeps, and each place's event.
     An exception is an answer too ("raised ..."), which no rule gives."""
-    authority, *receivers = (_AtTick(o, step.tick) if isinstance(o, AskingReceiver) else o
-                             for o in objects)
+    authority: Any = objects[0]
+    receivers = [_AtTick(o, step.tick) if isinstance(o, AskingReceiver) else o
+                 for o in objects[1:]]
     events: list[Event] = []
     kept = held
     try:
@@ -563,7 +565,7 @@ class State(NamedTuple):
 Schedule = tuple[tuple[int, int], ...]  # (holder, tick) of each step
 
 
-def explore(bound: Bound, receivers: tuple[Place, ...] | None = None, *, sample: int = 8,
+def explore_steps(bound: Bound, receivers: tuple[Place, ...] | None = None, *, sample: int = 8,
             seed: int = 0) -> dict[str, Any]:
     """Every schedule of `bound`, counted by state; the table of what happened (see `table`).
     A failing witness and `sample` random schedules (drawn with `seed`) are played again
@@ -725,13 +727,15 @@ def replay(bound: Bound, receivers: tuple[Place, ...],
                    for _ in range(bound.holders)]
         raw = sqlite3.connect(path, isolation_level=None, timeout=0)
         try:
-            positions, leases = [0] * bound.holders, [None] * bound.holders
+            positions = [0] * bound.holders
+            leases: list[tuple[Any, ...] | None] = [None] * bound.holders
             records = [Record.empty(len(rules))] * bound.resources
             steps = []
             for h, tick in schedule:
                 step, resource, r = bound.step(h, positions[h], tick), bound.resource(h), \
                     h % bound.resources
-                held = None if leases[h] is None else Lease(*leases[h])
+                belief = leases[h]
+                held = None if belief is None else Lease(*belief)
                 kept, events = played(step, held, objects[h], path, resource)
                 try:
                     raw.execute("BEGIN IMMEDIATE")
@@ -748,7 +752,7 @@ def replay(bound: Bound, receivers: tuple[Place, ...],
                 _, failed, records[r] = judged(records[r], step, held, run, others, rules,
                                                resource)
                 positions[h] += 1
-                leases[h] = run.kept  # type: ignore[call-overload]
+                leases[h] = run.kept
                 steps.append((run, sorted(failed)))
             return steps
         finally:
@@ -784,7 +788,7 @@ def _drawn(bound: Bound, sample: int, seed: int) -> list[Schedule]:
     """`sample` schedules, each a random walk of the bound drawn with `seed`."""
     chance, drawn = random.Random(seed), []
     for _ in range(sample):
-        tick, positions, schedule = 0, [0] * bound.holders, []
+        tick, positions, schedule = 0, [0] * bound.holders, list[tuple[int, int]]()
         while len(schedule) < bound.holders * len(bound.program):
             h, tick = chance.choice(list(_next(bound, tick, tuple(positions))))
             positions[h] += 1
@@ -803,8 +807,10 @@ def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[An
     counts in every class it shows), the schedules failing each check, and witnesses."""
     schedules, formula = bound.count()
 
-    def having(test: Callable[[Any], bool]) -> int:
-        return sum(count for flags, count in ends.items() if any(test(f) for f in flags))
+    def having(*start: Any) -> int:
+        """The schedules with a flag that begins with `start`."""
+        return sum(count for flags, count in ends.items()
+                   if any(f[:len(start)] == start for f in flags))
 
     names = [place.name for place in receivers]
     witnesses = {f"{names[f[1]]} {CLASSES[f[2]].name}": [_json(run.events[f[1]])
@@ -825,11 +831,11 @@ def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[An
         "leases_can_expire": bound.ttl <= bound.last_tick,
         "receivers": {place.name: place.says for place in receivers},
         "kinds": {**{cls.name: cls.kind for cls in CLASSES}, "clean": "neither"},
-        "classes": {name: {**{cls.name: having(lambda f, p=p, c=c: f == ("class", p, c))
+        "classes": {name: {**{cls.name: having("class", p, c)
                               for c, cls in enumerate(CLASSES)},
-                           "clean": schedules - having(lambda f, p=p: f[:2] == ("class", p))}
+                           "clean": schedules - having("class", p)}
                     for p, name in enumerate(names)},
-        "violations": {check: having(lambda f, check=check: f[:2] == ("failed", check))
+        "violations": {check: having("failed", check)
                        for check in CHECKS},
         "witnesses": dict(sorted(witnesses.items())),
         "failures": failures,
@@ -858,8 +864,8 @@ def report(table_: dict[str, Any], seconds: float) -> str:
                      "no write can be late, so no gap or lost update, whatever the code")
     if failed:
         failure = table_["failures"][failed[0]]
-        shown = [(f"the smallest schedule failing {failed[0]!r} (at {failure['at']}), "
-                  "failing again played whole from a fresh start", failure["at"],
+        shown = [((f"the smallest schedule failing {failed[0]!r} (at {failure['at']}), "
+                  "failing again played whole from a fresh start"), failure["at"],
                   failure["events"])]
     else:
         shown = [(f"the smallest {name}", name.split()[0], table_["witnesses"][name])
@@ -925,13 +931,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("explore: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (ValueError, ImportError, Unsupported, OSError, sqlite3.Error) as exc:
+    except (ValueError, TypeError, ImportError, Unsupported, OSError, sqlite3.Error) as exc:
         print(f"explore: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
 def _main(args: argparse.Namespace) -> int:
-    import statements  # noqa: PLC0415 - only the statement mode needs it
+    import statements
 
     base = statements.BOUND if args.statements else Bound()
     given = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
@@ -945,7 +951,7 @@ def _main(args: argparse.Namespace) -> int:
             found = statements.explore_statements(bound, receivers[0])
             text, ok = statements.report(found, time.monotonic() - started), found["ok"]
         else:
-            result = explore(bound, receivers, sample=args.sample, seed=args.seed)
+            result = explore_steps(bound, receivers, sample=args.sample, seed=args.seed)
             text = report(result, time.monotonic() - started)
             ok = not any(result["violations"].values())
     except Different as exc:
@@ -956,6 +962,6 @@ def _main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":  # run as the module `explore`, which statements.py imports
-    import explore  # noqa: PLW0406 - one module, not a second copy for __main__
+    import explore
 
     sys.exit(explore.main())

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import explore
 from explore import HOLDERS, Bound, Place, Record, Run, expected, played, recorded
+
 from leases import Lease, LeaseAuthority
 
 __all__ = ["BOUND", "VERDICTS", "Call", "Interleaving", "explore_statements", "play", "report"]
@@ -93,9 +94,9 @@ def safe(bound: Bound, rules: tuple[str, ...], calls: tuple[Call, ...],
     @_memo
     def order(placed: frozenset[int], records: tuple[Record, ...]) -> bool:
         waiting = [i for i in range(len(every)) if i not in placed]
-        if all(every[i] in optional for i in waiting):
-            if final == _held(records, [pair is not None for _, pair in final]):
-                return True
+        known = [pair is not None for _, pair in final]
+        if all(every[i] in optional for i in waiting) and final == _held(records, known):
+            return True
         for i in waiting:
             call = every[i]
             if any(every[j].end < call.start for j in waiting if j != i and every[j] not in
@@ -116,7 +117,7 @@ def safe(bound: Bound, rules: tuple[str, ...], calls: tuple[Call, ...],
                 return True
         return False
 
-    return order(frozenset(), (Record.empty(len(rules)),) * bound.resources)
+    return bool(order(frozenset(), (Record.empty(len(rules)),) * bound.resources))
 
 
 def _memo(function: Any) -> Any:
@@ -153,14 +154,19 @@ class _Gated(sqlite3.Connection):
     worker: "_Worker"
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-        return self.worker.run(self, sql, lambda: super(_Gated, self).execute(sql, parameters))
+        cursor: sqlite3.Cursor = self.worker.run(
+            self, sql, lambda: super(_Gated, self).execute(sql, parameters))
+        return cursor
 
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
-        return self.worker.run(self, sql,
-                               lambda: super(_Gated, self).executemany(sql, parameters))
+        cursor: sqlite3.Cursor = self.worker.run(
+            self, sql, lambda: super(_Gated, self).executemany(sql, parameters))
+        return cursor
 
     def executescript(self, script: str, /) -> sqlite3.Cursor:
-        return self.worker.run(self, script, lambda: super(_Gated, self).executescript(script))
+        cursor: sqlite3.Cursor = self.worker.run(
+            self, script, lambda: super(_Gated, self).executescript(script))
+        return cursor
 
     def commit(self) -> None:
         self.worker.run(self, "COMMIT", super().commit)
@@ -176,7 +182,8 @@ def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
     """sqlite3.connect while this mode runs: a holder's thread gets a stopped connection."""
     worker = _workers.get(threading.get_ident())
     if worker is None:
-        return _CONNECT(*args, **kwargs)
+        own: sqlite3.Connection = _CONNECT(*args, **kwargs)
+        return own
     connection = _CONNECT(*args, **{**kwargs, "timeout": 0, "factory": _Gated})
     assert isinstance(connection, _Gated)
     connection.worker = worker
@@ -195,6 +202,7 @@ class _Worker:
         self.connections: list[sqlite3.Connection] = []
         self.objects: list[Any] = []
         self.gated = self.dead = self.allowed = self.writing = self.committed = False
+        self.stopping = False
         self.ungated: str | None = None
         self.thread = threading.Thread(target=self._main, name=f"holder {HOLDERS[h]}",
                                        daemon=True)
@@ -205,8 +213,9 @@ class _Worker:
             raise _Died
         if self.gated:
             self.told.put(("paused", sql))
-            if self.go.get() != "go":
-                self.dead = True
+            order = self.go.get()
+            if order != "go":  # "die", or None: the interleaving is over
+                self.dead, self.stopping = True, order is None
                 raise _Died
         self.allowed = True
         try:
@@ -235,14 +244,18 @@ class _Worker:
                 except _Died:
                     self.gated = False
                     self._close()
+                    if self.stopping:
+                        return
                     self.told.put(("died", None))
                     continue
                 finally:
                     self.gated = False
                 left = any(c.in_transaction for c in self.connections)
                 self.told.put(("paused", ANSWER))  # it may die before its answer is heard
-                if self.go.get() != "go":
+                if (order := self.go.get()) != "go":
                     self._close()
+                    if order is None:
+                        return
                     self.told.put(("died", None))
                     continue
                 self.told.put(("ended", (Run(explore._fields(kept), events, left),
@@ -292,7 +305,7 @@ class _Scheduler:
                                                                       told, path)
         self.sql: list[str | None] = [None] * bound.holders  # paused before it, or None: idle
         self.positions, self.held = [0] * bound.holders, [None] * bound.holders
-        self.begun: list[int] = [0] * bound.holders
+        self.begun: list[tuple[Any, int]] = [(None, 0)] * bound.holders  # each call's step
         self.tick, self.taken, self.died = 0, 0, False
         self.calls: list[Call] = []
         self.said: list[str] = []
@@ -345,7 +358,7 @@ class _Scheduler:
         if kind == "start":
             (self.tick,) = rest
             step = self.bound.step(h, self.positions[h], self.tick)
-            self.begun[h] = self.taken
+            self.begun[h] = step, self.taken
             self.said.append(f"{actor} {step.action.value} at tick {self.tick}:")
             held = None if self.held[h] is None else Lease(*self.held[h])
             worker.go.put((step, held, self.bound.resource(h)))
@@ -376,18 +389,18 @@ class _Scheduler:
             self.sql[h] = what
             return
         self.sql[h] = None
-        step = self.bound.step(h, self.positions[h], self.tick)
-        held = None if self.held[h] is None else Lease(*self.held[h])
+        step, start = self.begun[h]
+        belief = self.held[h]
+        held = None if belief is None else Lease(*belief)
         if kind == "died":
-            self.calls.append(Call(h, step, held, None, worker.committed, self.begun[h],
-                                   self.taken))
+            self.calls.append(Call(h, step, held, None, worker.committed, start, self.taken))
             self.retrying = f"{step.action.value}, {'not ' * (not worker.committed)}committed"
             return
         run, committed = what
         if run.lock_left:
             self.failed.append("liveness")
             self.said.append(f"  {actor} returned with a transaction open")
-        self.calls.append(Call(h, step, held, run, committed, self.begun[h], self.taken))
+        self.calls.append(Call(h, step, held, run, committed, start, self.taken))
         self.said.append(f"  {actor} {run.events[0][3]}")
         if self.retrying is not None and self.calls[-2].run is None and self.calls[-2].h == h:
             self.crashed, self.retrying = f"{self.retrying}: {run.events[0][3]}", None
@@ -435,8 +448,9 @@ def explore_statements(bound: Bound, place: Place | None = None) -> dict[str, An
     failing = {verdict: next((run for run in found if verdict in run.failed), None)
                for verdict in VERDICTS}
     with contextlib.ExitStack() as cleanup:
-        for verdict, run in failing.items():
-            if run is not None:
+        for verdict, failed in failing.items():
+            if failed is not None:
+                run = failed
                 again = explore._Fresh(replayed, (bound, place, run.choices), cleanup).result()
                 if verdict not in again.failed or again.said != run.said:
                     raise explore.Different(
@@ -479,18 +493,18 @@ def _every(bound: Bound, place: Place) -> Iterator[Interleaving]:
 def report(table: dict[str, Any], seconds: float) -> str:
     bound: Bound = table["bound"]
     lines = [
-        f"every interleaving at each SQL statement of {bound.said()}, receiver "
-        f"{table['receiver']}",
-        f"  {table['interleavings']:,} interleavings, and {table['crash_schedules']:,} with a "
+        (f"every interleaving at each SQL statement of {bound.said()}, receiver "
+        f"{table['receiver']}"),
+        (f"  {table['interleavings']:,} interleavings, and {table['crash_schedules']:,} with a "
         "crash: a holder dies before a statement, and a new process takes the step again "
         f"(the rest played one way){', up to the first failing' * (not table['ok'])}; "
-        f"{seconds:.1f} s",
+        f"{seconds:.1f} s"),
         "  a crash in, and the step taken again:",
         *(f"    {seen:<40}{count:>8,}" for seen, count in table["after_a_crash"].items()),
         *(f"  {verdict}: {'held' if not count else f'FAILED in {count:,}'}"
           for verdict, count in table["failed"].items()),
     ]
     for verdict, said in table["witnesses"].items():
-        lines += [f"the first interleaving failing {verdict}, failing again played whole in a "
-                  "new process:", *said]
+        lines += [(f"the first interleaving failing {verdict}, failing again played whole in a "
+                  "new process:"), *said]
     return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""Receivers of a reader's own, to point the explorer at: README's Python fence, and two broken
+copies of it.  Each is made as NAME(path), answers write(resource, epoch, value) with an
+Outcome's text, and has close().
+
+    python3 explorer/explore.py --receiver examples:ReadmeFence                 # passes
+    python3 explorer/explore.py --receiver examples:GreaterOrEqual --program acquire write retry
+    python3 explorer/explore.py --statements --receiver examples:ReadBeforeTransaction \\
+        --last-tick 1
+"""
+
+import sqlite3
+
+__all__ = ["ANSWER", "UPSERT", "GreaterOrEqual", "ReadBeforeTransaction", "ReadmeFence",
+           "SharedHighWater", "fenced_write"]
+
+# README's "Apply it to your own store", word for word.
+UPSERT = """INSERT INTO fenced (resource, epoch, value) VALUES (:resource, :epoch, :value)
+  ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch, value = excluded.value
+  WHERE excluded.epoch > fenced.epoch"""
+ANSWER = """SELECT CASE WHEN changes() = 1 THEN 'applied'
+  WHEN epoch = :epoch AND value = :value THEN 'replay'
+  WHEN epoch = :epoch THEN 'conflict' ELSE 'stale' END
+  FROM fenced WHERE resource = :resource"""
+
+
+def fenced_write(connection: sqlite3.Connection, write: dict[str, object],
+                 upsert: str = UPSERT, answer: str = ANSWER) -> str:
+    connection.execute("BEGIN IMMEDIATE")  # the write lock first, waiting up to `timeout`
+    try:
+        connection.execute(upsert, write)
+        outcome = connection.execute(answer, write).fetchone()[0]
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+    return str(outcome)
+
+
+class ReadmeFence:
+    """README's fence, wrapped as the explorer asks: its table in the given file."""
+
+    def __init__(self, path: str) -> None:
+        self.connection = sqlite3.connect(path, isolation_level=None, timeout=10)
+        self.connection.execute("CREATE TABLE IF NOT EXISTS fenced (resource TEXT PRIMARY KEY,"
+                                " epoch INTEGER NOT NULL, value TEXT NOT NULL)")
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        return fenced_write(self.connection, {"resource": resource, "epoch": epoch,
+                                              "value": value}, *self.statements())
+
+    def statements(self) -> tuple[str, str]:
+        return UPSERT, ANSWER
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class GreaterOrEqual(ReadmeFence):
+    """Broken: `>=` for `>`, so the same epoch is applied again, never a replay or conflict."""
+
+    def statements(self) -> tuple[str, str]:
+        return UPSERT.replace("excluded.epoch > fenced.epoch",
+                              "excluded.epoch >= fenced.epoch"), ANSWER
+
+
+class ReadBeforeTransaction(ReadmeFence):
+    """Broken: it reads the stored epoch before its transaction, and decides on that read."""
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        row = self.connection.execute("SELECT epoch, value FROM fenced WHERE resource = ?",
+                                      (resource,)).fetchone()
+        if row is not None and epoch < row[0]:
+            return "stale"
+        if row is not None and epoch == row[0]:
+            return "replay" if value == row[1] else "conflict"
+        self.connection.execute("BEGIN IMMEDIATE")
+        try:
+            self.connection.execute("INSERT OR REPLACE INTO fenced VALUES (?, ?, ?)",
+                                    (resource, epoch, value))
+            self.connection.execute("COMMIT")
+        except BaseException:
+            if self.connection.in_transaction:
+                self.connection.execute("ROLLBACK")
+            raise
+        return "applied"
+
+
+class SharedHighWater(ReadmeFence):
+    """Broken across resources: it refuses as stale an epoch below the highest it has stored
+    for ANY resource.  With two holders of two resources each resource only ever gets epoch 1,
+    so it passes there; a third holder gives the first resource epoch 2 and shows it."""
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        (highest,) = self.connection.execute("SELECT max(epoch) FROM fenced").fetchone()
+        if highest is not None and epoch < highest:
+            return "stale"
+        return super().write(resource, epoch, value)

@@ -1,0 +1,469 @@
+"""The explorer's tests: its counts agree with a brute force of their own, each check fires
+under a breakage of the library made for it in a scratch copy, and an answer that rests on
+more than the file is named as such, never as the explorer's own failure.
+
+Run from the repository's root: `python3 explorer/test_explore.py`.  The root's
+`python3 -m unittest discover` does not find these (explorer/ is no package).
+"""
+
+import contextlib
+import io
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import unittest
+from collections import Counter
+from typing import Any
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import explore
+import statements
+from explore import Bound
+
+from leases import LeaseAuthority
+from run_experiment import CLASSES, Answer
+
+TIMEOUT = 120.0  # bounds a hung run; no test waits for it to pass
+NAMES = [cls.name for cls in CLASSES]
+SMALL = {
+    "takeover": Bound(2, ("acquire", "write"), last_tick=1, ttl=1),
+    "three decisions": Bound(2, ("acquire", "write", "write"), last_tick=1, ttl=1),
+    "a retry": Bound(2, ("acquire", "write", "retry"), last_tick=1, ttl=1),
+    "check, then write": Bound(2, ("acquire", "check", "write"), last_tick=1, ttl=1),
+    "renew, release": Bound(2, ("acquire", "renew", "write", "release"), last_tick=0, ttl=1),
+    "three holders, two resources": Bound(3, ("acquire", "write"), last_tick=0, ttl=1,
+                                          resources=2),
+}
+_tables: dict[str, dict[str, Any]] = {}
+
+
+def table(name: str) -> dict[str, Any]:
+    """Each small bound explored once for the whole module (a sample of 2 replayed)."""
+    if name not in _tables:
+        _tables[name] = explore.explore_steps(SMALL[name], sample=2)
+    return _tables[name]
+
+
+# --- the brute force: every schedule whole, from a new file, judged from its events alone ---
+
+
+def schedules(bound: Bound) -> list[tuple[tuple[int, int], ...]]:
+    """Every schedule: each (holder, tick) order with ticks that never go back."""
+    found: list[tuple[tuple[int, int], ...]] = []
+
+    def extend(schedule: tuple[tuple[int, int], ...], left: list[int]) -> None:
+        if not any(left):
+            found.append(schedule)
+        tick = schedule[-1][1] if schedule else 0
+        for h, steps in enumerate(left):
+            for later in range(tick, bound.last_tick + 1) if steps else ():
+                extend((*schedule, (h, later)), [*left[:h], steps - 1, *left[h + 1:]])
+
+    extend((), [len(bound.program)] * bound.holders)
+    return found
+
+
+def brute_force(bound: Bound) -> tuple[dict[str, dict[str, int]], set[int]]:
+    """Each place's schedules in each class, and every epoch granted: each schedule played
+    whole on a new file, its writes judged from the events that came before them."""
+    receivers = explore.places()
+    counts = {place.name: Counter[str]() for place in receivers}
+    epochs: set[int] = set()
+    for schedule in schedules(bound):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "brute.sqlite3")
+            objects = [LeaseAuthority(path), *(place.make(path) for place in receivers)]
+            try:
+                seen = _played_whole(bound, schedule, objects, path, epochs)
+            finally:
+                for store in objects:
+                    store.close()
+        for place, names in zip(receivers, seen):
+            counts[place.name].update(names or {"clean"})
+    return {name: {n: found[n] for n in (*NAMES, "clean")} for name, found in counts.items()}, \
+        epochs
+
+
+def _played_whole(bound: Bound, schedule: tuple[tuple[int, int], ...], objects: list[Any],
+                  path: str, epochs: set[int]) -> list[set[str]]:
+    leases: list[Any] = [None] * bound.holders
+    positions = [0] * bound.holders
+    newest: Counter[str] = Counter()  # by resource
+    stored: dict[tuple[int, str], int] = {}  # by place and resource
+    expiry: dict[str, int] = {}
+    seen: list[set[str]] = [set() for _ in objects[1:]]
+    for h, tick in schedule:
+        step, resource = bound.step(h, positions[h], tick), bound.resource(h)
+        positions[h] += 1
+        held = leases[h]
+        leases[h], events = explore.played(step, held, objects, path, resource)
+        outcome, epoch, expires_at = events[0][3], events[0][4], events[0][5]
+        if outcome in (Answer.GRANTED, Answer.RENEWED):
+            expiry[step.actor] = expires_at
+        if outcome == Answer.GRANTED:
+            newest[resource] = max(newest[resource], epoch)
+            epochs.add(epoch)
+        if step.action.value != "write" or held is None:
+            continue
+        for p, event in enumerate(events):
+            outcome, epoch = event[3], event[4]
+            before = stored.get((p, held.resource))
+            applied, late = outcome == "applied", tick >= expiry[step.actor]
+            superseded, below = epoch < newest[held.resource], before is not None and epoch < before
+            refused = outcome in ("stale", "conflict", "not live")
+            for name, hit in [
+                ("lost update", applied and below), ("stale refused", outcome == "stale"),
+                ("superseded applied", applied and superseded),
+                ("gap", applied and superseded and not below), ("late applied", applied and late),
+                ("late, not superseded", applied and late and not superseded),
+                ("replay", outcome == "replay"), ("conflict", outcome == "conflict"),
+                ("late refused, not superseded", refused and late and not superseded),
+            ]:
+                if hit:
+                    seen[p].add(name)
+            if applied:
+                stored[p, held.resource] = epoch
+    return seen
+
+
+# --- scratch copies: the library broken on purpose, the explorer run on it ---
+
+
+def scratch(test: unittest.TestCase, old: str = "", new: str = "") -> str:
+    """A copy of leases.py, run_experiment.py and explorer/ in a new folder, with `old`
+    replaced by `new` in leases.py (which must hold it): the folder."""
+    folder = tempfile.mkdtemp(prefix="explore-test-")
+    test.addCleanup(shutil.rmtree, folder)
+    for name in ("leases.py", "run_experiment.py"):
+        shutil.copy(os.path.join(ROOT, name), folder)
+    shutil.copytree(HERE, os.path.join(folder, "explorer"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    library = os.path.join(folder, "leases.py")
+    with open(library, encoding="utf-8") as file:
+        text = file.read()
+    test.assertIn(old, text, "the breakage must find what it breaks")
+    with open(library, "w", encoding="utf-8") as file:
+        file.write(text.replace(old, new))
+    return folder
+
+
+def run(folder: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """explorer/explore.py with `args`, run from `folder`."""
+    return subprocess.run([sys.executable, os.path.join("explorer", "explore.py"), *args],
+                          cwd=folder, capture_output=True, text=True, timeout=TIMEOUT,
+                          check=False)
+
+
+DEFERRED_BEGIN = ('connection.execute("BEGIN IMMEDIATE")', 'connection.execute("BEGIN")')
+READ_BEFORE_GRANT = (
+    ("        with self._transaction() as connection:\n"
+    "            row = _load(connection, resource)\n"),
+    ("        with self._transaction(write=False) as connection:\n"
+    "            row = _load(connection, resource)\n"
+    "        with self._transaction() as connection:\n"))
+STALE_RELEASE = (
+    ("        with self._transaction() as connection:\n"
+    "            _current(connection, lease, None)\n"
+    "            connection.execute(\"UPDATE leases SET holder = NULL WHERE resource = ?\",\n"),
+    ("        with self._transaction(write=False) as connection:\n"
+    "            _current(connection, lease, None)\n"
+    "            connection.execute(\"UPDATE leases SET holder = NULL WHERE resource = ?\",\n"))
+FENCE_GREATER_OR_EQUAL = ("if stored is None or epoch > stored[0]:",
+                          "if stored is None or epoch >= stored[0]:")
+GRANT_OVER_A_LIVE_LEASE = ("            if held:\n                raise LeaseHeld(held)\n", "")
+OBJECT_MEMO = ("        _check_text(\"resource\", resource)\n        _check_int(\"epoch\"",
+               ("        memo = self.__dict__.setdefault('memo', {})\n"
+               "        if (resource, epoch, value) in memo:\n"
+               "            return memo[resource, epoch, value]\n"
+               "        memo[resource, epoch, value] = self._write(resource, epoch, value)\n"
+               "        return memo[resource, epoch, value]\n\n"
+               "    def _write(self, resource: str, epoch: int, value: str) -> WriteResult:\n"
+               "        _check_text(\"resource\", resource)\n        _check_int(\"epoch\""))
+MODULE_CACHE = ("            row = _load(connection, resource)\n            held = row.lease",
+                ("            row = _CACHE.get(resource) or _load(connection, resource)\n"
+                "            _CACHE[resource] = row\n            held = row.lease"))
+
+
+class CountingTests(unittest.TestCase):
+    """Every schedule of a bound, counted by state on the real library."""
+
+    def test_the_default_bound_keeps_readmes_counts_and_every_check_holds(self) -> None:
+        found = explore.explore_steps(Bound(), sample=4)
+        self.assertEqual(found["schedules"], 90_090)
+        self.assertEqual(found["counted"], 90_090)
+        fenced, unfenced, asking = (found["classes"][n] for n in ("fenced", "unfenced", "asking"))
+        self.assertEqual((unfenced["lost update"], fenced["stale refused"]), (882, 882))
+        self.assertEqual((fenced["gap"], unfenced["superseded applied"]), (2_238, 3_120))
+        self.assertEqual((asking["stale refused"], fenced["late, not superseded"]),
+                         (3_120, 22_770))
+        self.assertEqual({place["clean"] for place in found["classes"].values()}, {64_550})
+        self.assertEqual(set(found["violations"].values()), {0})
+
+    def test_a_brute_force_playing_every_schedule_whole_gives_the_same_counts(self) -> None:
+        for name, bound in SMALL.items():
+            with self.subTest(name):
+                counts, _ = brute_force(bound)
+                self.assertEqual(table(name)["classes"], counts)
+                self.assertEqual(table(name)["schedules"], len(schedules(bound)))
+
+    def test_fencing_turns_every_lost_update_into_a_refusal_one_for_one(self) -> None:
+        for name in SMALL:
+            classes = table(name)["classes"]
+            self.assertEqual(classes["fenced"]["lost update"], 0, name)
+            self.assertEqual(classes["fenced"]["stale refused"],
+                             classes["unfenced"]["lost update"], name)
+
+    def test_acquire_and_write_at_ticks_0_to_1_counts_as_a_hand_count_says(self) -> None:
+        self.assertEqual(
+            {place: [counts[n] for n in (*NAMES, "clean")]
+             for place, counts in table("takeover")["classes"].items()},
+            {"fenced": [0, 2, 2, 2, 10, 8, 0, 0, 0, 18],
+             "unfenced": [2, 0, 4, 2, 12, 8, 0, 0, 0, 18],
+             "asking": [0, 4, 0, 0, 0, 0, 0, 0, 8, 18]})
+
+    def test_a_holders_own_check_leaves_the_gap_a_takeover_between_check_and_write(self) -> None:
+        found = table("check, then write")
+        self.assertEqual(found["classes"]["fenced"]["gap"], 4)
+        self.assertEqual([(e["actor"], e["action"], e["outcome"])
+                          for e in found["witnesses"]["fenced gap"]],
+                         [("A", "acquire", "granted"), ("A", "check", "live"),
+                          ("B", "acquire", "granted"), ("A", "write", "applied")])
+
+    def test_the_asking_receiver_has_no_gap_and_refuses_late_writes_nobody_superseded(
+            self) -> None:
+        for name in SMALL:
+            classes = table(name)["classes"]
+            self.assertEqual(classes["asking"]["gap"], 0, name)
+            self.assertEqual(classes["asking"]["late refused, not superseded"],
+                             classes["unfenced"]["late, not superseded"], name)
+
+    def test_a_retry_is_a_replay_and_a_second_write_a_conflict_in_every_schedule(self) -> None:
+        self.assertEqual(table("a retry")["classes"]["fenced"]["replay"], 140)
+        self.assertEqual(table("three decisions")["classes"]["fenced"]["conflict"], 140)
+
+    def test_two_holders_of_two_resources_grant_only_epoch_1_and_a_third_holder_grants_2(
+            self) -> None:
+        two = Bound(2, ("acquire", "write"), last_tick=2, ttl=1, resources=2)
+        self.assertEqual(brute_force(two)[1], {1})
+        self.assertEqual(brute_force(Bound(3, ("acquire",), 1, 1, resources=2))[1], {1, 2})
+
+    def test_a_schedule_sample_is_the_same_for_a_seed_and_another_for_another(self) -> None:
+        bound = Bound()
+        self.assertEqual(explore._drawn(bound, 3, 7), explore._drawn(bound, 3, 7))
+        self.assertNotEqual(explore._drawn(bound, 3, 7), explore._drawn(bound, 3, 8))
+
+
+class BreakageTests(unittest.TestCase):
+    """Each check fires under a breakage of the library made for it; a failure shown has
+    failed again played whole from a fresh start."""
+
+    def test_a_grant_over_a_live_lease_fails_one_live_lease_at_the_default_bound(self) -> None:
+        done = run(scratch(self, *GRANT_OVER_A_LIVE_LEASE))
+        self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
+        self.assertIn("checks failed: one live lease, model", done.stdout)
+        self.assertIn("failing again played whole from a fresh start", done.stdout)
+
+    def test_a_fence_that_applies_an_equal_epoch_fails_where_a_holder_retries(self) -> None:
+        folder = scratch(self, *FENCE_GREATER_OR_EQUAL)
+        self.assertEqual(run(folder).returncode, explore.EXIT_OK, "one write per lease")
+        done = run(folder, "--program", "acquire", "write", "retry", "--last-tick", "1")
+        self.assertEqual(done.returncode, explore.EXIT_FAILED)
+        self.assertIn("checks failed: fence, model", done.stdout)
+
+    def test_a_per_object_memo_is_named_an_answer_resting_on_more_than_the_file(self) -> None:
+        done = run(scratch(self, *OBJECT_MEMO), "--program", "acquire", "write", "write",
+                   "--last-tick", "1", "--ttl", "1")
+        self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
+        self.assertRegex(done.stdout, r"explore: the schedule .*: step \d+ \(. write at tick "
+                         r"\d\) answered .* rests on more than the file and the call")
+        self.assertEqual(done.stderr, "")
+
+    def test_a_module_cache_is_named_so_in_the_statement_mode_not_the_explorers_failure(
+            self) -> None:
+        folder = scratch(self, *MODULE_CACHE)
+        with open(os.path.join(folder, "leases.py"), "a", encoding="utf-8") as file:
+            file.write("\n_CACHE: dict[str, Any] = {}\n")
+        done = run(folder, "--statements")
+        self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
+        self.assertIn("rests on more than the file and the call", done.stdout)
+
+    def test_a_deferred_begin_gives_only_lock_errors_never_a_double_grant(self) -> None:
+        done = run(scratch(self, *DEFERRED_BEGIN), "--statements")
+        self.assertEqual(done.returncode, explore.EXIT_FAILED)
+        self.assertIn("safety: held", done.stdout)
+        self.assertIn("errors: FAILED", done.stdout)
+        self.assertIn("raised LeaseError: database 'leases.sqlite3': database is locked",
+                      done.stdout)
+
+    def test_a_read_before_the_grants_transaction_gives_a_double_grant_at_once(self) -> None:
+        done = run(scratch(self, *READ_BEFORE_GRANT), "--statements")
+        self.assertEqual(done.returncode, explore.EXIT_FAILED)
+        self.assertIn("safety: FAILED", done.stdout)
+        self.assertIn("failing again played whole in a new process", done.stdout)
+
+    def test_a_release_in_autocommit_passes_the_step_mode_and_fails_the_statement_mode(
+            self) -> None:
+        folder = scratch(self, *STALE_RELEASE)
+        self.assertEqual(run(folder, "--program", "acquire", "release").returncode,
+                         explore.EXIT_OK)
+        done = run(folder, "--statements", "--program", "acquire", "release",
+                   "--last-tick", "1")
+        self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
+        self.assertIn("safety: FAILED", done.stdout)
+
+    def test_a_transaction_left_open_fails_liveness_and_the_step_modes_lock_check(
+            self) -> None:
+        folder = scratch(self, "            connection.execute(\"COMMIT\")\n",
+                         "            connection.execute(\"COMMIT\") if 'holder = NULL' not in "
+                         "str(getattr(self, '_last', '')) else None\n")
+        library = os.path.join(folder, "leases.py")
+        with open(library, encoding="utf-8") as file:
+            text = file.read()
+        with open(library, "w", encoding="utf-8") as file:
+            file.write(text.replace("            connection.execute(\"UPDATE leases SET holder "
+                                    "= NULL",
+                                    "            self._last = 'holder = NULL'\n"
+                                    "            connection.execute(\"UPDATE leases SET holder "
+                                    "= NULL"))
+        done = run(folder, "--statements", "--program", "acquire", "release", "acquire")
+        self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
+        self.assertIn("liveness: FAILED", done.stdout)
+        done = run(folder, "--program", "acquire", "release", "--last-tick", "1")
+        self.assertIn("lock left", done.stdout.split("checks failed:")[1].splitlines()[0])
+
+
+class OwnFenceTests(unittest.TestCase):
+    """A reader's receiver, --receiver MODULE:NAME, in both modes."""
+
+    def test_readmes_fence_passes_every_check_in_both_modes(self) -> None:
+        yours = explore.places("examples:ReadmeFence")
+        found = explore.explore_steps(Bound(), yours, sample=2)
+        self.assertEqual(set(found["violations"].values()), {0})
+        self.assertEqual(found["classes"]["ReadmeFence"]["stale refused"], 882)
+        self.assertTrue(statements.explore_statements(statements.BOUND, yours[0])["ok"])
+
+    def test_greater_or_equal_fails_where_a_holder_retries_and_at_the_statement_default(
+            self) -> None:
+        yours = explore.places("examples:GreaterOrEqual")
+        found = explore.explore_steps(Bound(2, ("acquire", "write", "retry"), 1, 1), yours,
+                                sample=0)
+        self.assertGreater(found["violations"]["model"], 0)
+        self.assertEqual([(e["action"], e["outcome"]) for e in found["failures"]["model"]
+                          ["events"]], [("acquire", "granted"), ("write", "applied"),
+                                        ("write", "applied")])
+        table_ = statements.explore_statements(statements.BOUND, yours[0])
+        self.assertEqual(table_["failed"]["safety"], 1)
+
+    def test_a_read_before_the_transaction_passes_the_step_mode_and_fails_at_a_takeover(
+            self) -> None:
+        yours = explore.places("examples:ReadBeforeTransaction")
+        self.assertEqual(set(explore.explore_steps(Bound(), yours, sample=0)["violations"].values()),
+                         {0})
+        witness = statements.explore_statements(Bound(2, ("acquire", "write"), 1, 1),
+                                                yours[0])["witnesses"]["safety"]
+        self.assertIn("  A SELECT epoch, value FROM fenced WHERE resource = ?", witness)
+
+    def test_a_receiver_that_mixes_resources_up_passes_with_two_holders_fails_with_three(
+            self) -> None:
+        yours = explore.places("examples:SharedHighWater")
+        two = explore.explore_steps(Bound(2, ("acquire", "write"), 2, 1, resources=2), yours,
+                              sample=0)
+        self.assertEqual(two["violations"]["model"], 0)
+        three = explore.explore_steps(Bound(3, ("acquire", "write"), 2, 1, resources=2), yours,
+                                sample=0)
+        self.assertGreater(three["violations"]["model"], 0)
+
+
+class StatementTests(unittest.TestCase):
+    """Every interleaving at each statement, with a crash before each."""
+
+    def test_the_default_bound_holds_safety_liveness_and_errors_with_crashes_retried(
+            self) -> None:
+        found = statements.explore_statements(statements.BOUND)
+        self.assertTrue(found["ok"])
+        self.assertEqual(found["failed"], dict.fromkeys(statements.VERDICTS, 0))
+        self.assertGreater(found["crash_schedules"], found["interleavings"])
+        self.assertEqual(found["after_a_crash"]["write, committed: replay"] > 0, True)
+        self.assertIn("acquire, committed: held", found["after_a_crash"])
+
+    def test_a_brute_force_of_one_at_a_time_orders_agrees_with_safety_on_hand_made_calls(
+            self) -> None:
+        bound, rules = statements.BOUND, ("fenced",)
+        acquire_a, acquire_b = bound.step(0, 0, 0), bound.step(1, 0, 0)
+        granted = explore.Run(("quarterly-report", "A", 1, 1),
+                              (("A", "acquire", 0, "granted", 1, 1, None, None, None),), False)
+        twice = explore.Run(("quarterly-report", "B", 1, 1),
+                            (("B", "acquire", 0, "granted", 1, 1, None, None, None),), False)
+        held = explore.Run(None, (("B", "acquire", 0, "held", 1, 1, None, None, None),), False)
+        a = statements.Call(0, acquire_a, None, granted, True, 1, 4)
+        final = ((("A", 1, 1), None),)
+        self.assertTrue(statements.safe(bound, rules, (a, statements.Call(
+            1, acquire_b, None, held, False, 2, 6)), final))
+        self.assertFalse(statements.safe(bound, rules, (a, statements.Call(
+            1, acquire_b, None, twice, True, 2, 6)), final), "a double grant")
+        died = statements.Call(1, acquire_b, None, None, False, 2, 3)
+        self.assertTrue(statements.safe(bound, rules, (a, died), final), "its effect unknown")
+        nothing = ((None, None),)
+        self.assertTrue(statements.safe(bound, rules, (died,), nothing), "no effect")
+        self.assertFalse(statements.safe(bound, rules, (died._replace(committed=True),),
+                                         nothing), "a committed call is in the order")
+
+    def test_a_statement_run_where_the_explorer_cannot_stop_it_is_a_usage_error(self) -> None:
+        folder = scratch(self, "            row = _load(connection, resource)\n            held",
+                         "            connection.cursor().execute('SELECT 1')\n"
+                         "            row = _load(connection, resource)\n            held")
+        done = run(folder, "--statements")
+        self.assertEqual(done.returncode, explore.EXIT_USAGE)
+        self.assertIn("where the explorer cannot stop it", done.stderr)
+
+
+class CommandLineTests(unittest.TestCase):
+    def test_help_says_every_exit_code(self) -> None:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), self.assertRaises(SystemExit):
+            explore.main(["--help"])
+        for code in (0, 1, 2, 130):
+            self.assertRegex(out.getvalue(), rf"\n  {code} +\w")
+
+    def test_a_bad_program_or_receiver_is_exit_2_in_one_line(self) -> None:
+        for args in (["--program", "acquire", "retry"], ["--receiver", "nowhere:Fence"],
+                     ["--receiver", "examples"], ["--receiver", "examples:Nothing"]):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                self.assertEqual(explore.main(args), explore.EXIT_USAGE, args)
+            self.assertEqual(len(err.getvalue().splitlines()), 1, err.getvalue())
+
+    def test_ctrl_c_is_exit_130(self) -> None:
+        with mock.patch.object(explore, "explore_steps", side_effect=KeyboardInterrupt), \
+                contextlib.redirect_stderr(io.StringIO()):
+            self.assertEqual(explore.main([]), explore.EXIT_INTERRUPTED)
+
+    def test_the_roots_discovery_finds_none_of_these_tests(self) -> None:
+        listed = subprocess.run(
+            [sys.executable, "-c", ("import unittest\n"
+             "def ids(suite):\n"
+             "    for test in suite:\n"
+             "        yield from ids(test) if isinstance(test, unittest.TestSuite) else [test.id()]\n"
+             "print(*ids(unittest.defaultTestLoader.discover('.')), sep='\\n')")],
+            cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, check=True)
+        self.assertFalse([name for name in listed.stdout.split() if "explore" in name])
+
+    def test_a_clean_run_from_the_root_exits_0_with_its_table(self) -> None:
+        done = subprocess.run([sys.executable, os.path.join("explorer", "explore.py"),
+                               "--program", "acquire", "write", "--last-tick", "1"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
+                              check=False)
+        self.assertEqual(done.returncode, explore.EXIT_OK, done.stderr)
+        self.assertIn("schedules with", done.stdout)
+
+
+if __name__ == "__main__":
+    sqlite3.enable_callback_tracebacks(False)
+    unittest.main()
