@@ -52,6 +52,12 @@ class ReadmeFence:
     def statements(self) -> tuple[str, str]:
         return UPSERT, ANSWER
 
+    def read(self, resource: str) -> tuple[int, str] | None:
+        """The stored (epoch, value): optional, it lets the statement mode check the file."""
+        row = self.connection.execute("SELECT epoch, value FROM fenced WHERE resource = ?",
+                                      (resource,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
     def close(self) -> None:
         self.connection.close()
 

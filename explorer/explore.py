@@ -42,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.dirname(HERE) not in sys.path:  # leases.py and run_experiment.py, one folder up,
     sys.path.append(os.path.dirname(HERE))  # after this folder: explore is this module
 
-from leases import Lease, LeaseAuthority, Outcome, Receiver, is_live
+from leases import Lease, LeaseAuthority, LeaseError, Outcome, Receiver, is_live
 from run_experiment import (
     CLASSES,
     RESOURCE,
@@ -388,7 +388,8 @@ class AskingReceiver:
 
 class Yours:
     """A reader's receiver, made as NAME(path), as the explorer asks it: its write's answer
-    (an Outcome or its text) as a result run_experiment.write reads; no stored pair."""
+    (an Outcome or its text) as a result run_experiment.write reads, with no stored pair; its
+    read(resource), if it has one, as (epoch, value) or None."""
 
     def __init__(self, made: Callable[[str], Any], path: str) -> None:
         self.receiver = made(path)
@@ -400,6 +401,17 @@ class Yours:
         said = self.receiver.write(resource, epoch, value)
         outcome = Outcome(getattr(said, "value", said))  # ValueError if it is no Outcome
         return _Result(outcome, resource, epoch, value, None, None)
+
+    def __getattr__(self, name: str) -> Any:  # read(resource), if the receiver has one
+        if name != "read":
+            raise AttributeError(name)
+        read = self.receiver.read
+
+        def stored(resource: str) -> tuple[int, str] | None:
+            pair = read(resource)
+            return None if pair is None else (pair[0], pair[1])
+
+        return stored
 
 
 class _Result(NamedTuple):
@@ -931,7 +943,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("explore: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (ValueError, TypeError, ImportError, Unsupported, OSError, sqlite3.Error) as exc:
+    except (ValueError, TypeError, ImportError, Unsupported, OSError, sqlite3.Error,
+            LeaseError) as exc:  # a library that cannot open a new file included
         print(f"explore: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -48,7 +48,8 @@ _WRITES = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|RE
                      r"DROP|ALTER|VACUUM|PRAGMA\s+\w*\s*wal_checkpoint\s*\(\s*\W?(FULL|RESTART|"
                      r"TRUNCATE))", re.IGNORECASE)
 _CONNECT = sqlite3.connect  # the explorer's own, never stopped
-ANSWER = "(its answer, before it is heard)"  # where a holder may die after its last statement
+UNKNOWN = "unknown"  # a stored pair the receiver cannot say: it has no read(resource)
+ANSWER = "its answer is heard"  # where a holder may die after its last statement
 
 
 # --- data ---
@@ -85,7 +86,7 @@ class Interleaving(NamedTuple):
 def safe(bound: Bound, rules: tuple[str, ...], calls: tuple[Call, ...],
          final: tuple[Any, ...]) -> bool:
     """Some one-at-a-time order of `calls` gives every answer heard and leaves `final` (each
-    resource's authority row, and its stored pair, or None: not known)."""
+    resource's authority row, and its stored pair, or UNKNOWN)."""
     answered = [c for c in calls if c.run is not None and not _raised(c.run)]
     optional = [c for c in calls if c not in answered and not c.committed]
     must = [c for c in calls if c not in answered and c.committed]
@@ -94,7 +95,7 @@ def safe(bound: Bound, rules: tuple[str, ...], calls: tuple[Call, ...],
     @_memo
     def order(placed: frozenset[int], records: tuple[Record, ...]) -> bool:
         waiting = [i for i in range(len(every)) if i not in placed]
-        known = [pair is not None for _, pair in final]
+        known = [pair is not UNKNOWN for _, pair in final]
         if all(every[i] in optional for i in waiting) and final == _held(records, known):
             return True
         for i in waiting:
@@ -133,7 +134,7 @@ def _memo(function: Any) -> Any:
 
 def _held(records: tuple[Record, ...], known: list[bool]) -> tuple[Any, ...]:
     """What the file must hold by the record: each resource's authority row and stored pair."""
-    return tuple((record.row, record.stored[0] if read else None)
+    return tuple((record.row, record.stored[0] if read else UNKNOWN)
                  for record, read in zip(records, known))
 
 
@@ -276,7 +277,8 @@ class _Worker:
 # --- one interleaving, played by its choices ---
 
 
-def play(bound: Bound, place: Place, choices: tuple[int, ...]) -> Interleaving:
+def play(bound: Bound, place: Place, choices: tuple[int, ...], *,
+         crashes: bool = True) -> Interleaving:
     """Play one interleaving from a fresh start: `choices` first (each an index into the
     choices open there), then the first open choice at each point."""
     with contextlib.ExitStack() as cleanup:
@@ -287,7 +289,7 @@ def play(bound: Bound, place: Place, choices: tuple[int, ...]) -> Interleaving:
         for worker in workers:
             worker.thread.start()
             cleanup.callback(_stop, worker)
-        return _Scheduler(bound, place, workers, told, path).played(choices)
+        return _Scheduler(bound, place, workers, told, path, crashes).played(choices)
 
 
 def _stop(worker: "_Worker") -> None:
@@ -300,13 +302,14 @@ class _Scheduler:
     or done; its calls so far.  A choice is ("start", h, tick), ("run", h) or ("die", h)."""
 
     def __init__(self, bound: Bound, place: Place, workers: list[_Worker],
-                 told: "queue.SimpleQueue[Any]", path: str) -> None:
+                 told: "queue.SimpleQueue[Any]", path: str, crashes: bool) -> None:
         self.bound, self.place, self.workers, self.told, self.path = (bound, place, workers,
                                                                       told, path)
         self.sql: list[str | None] = [None] * bound.holders  # paused before it, or None: idle
         self.positions, self.held = [0] * bound.holders, [None] * bound.holders
         self.begun: list[tuple[Any, int]] = [(None, 0)] * bound.holders  # each call's step
         self.tick, self.taken, self.died = 0, 0, False
+        self.crashes = crashes  # whether a holder may die (once; the rest is then one way)
         self.calls: list[Call] = []
         self.said: list[str] = []
         self.failed: list[str] = []
@@ -320,14 +323,18 @@ class _Scheduler:
             h = writer[0]
             if self.sql[h] is None:
                 return []  # it kept the lock after its call: the others wait for ever
-            return [("run", h), *([("die", h)] * (not self.died))]
+            return [("run", h), *([("die", h)] * self.may_die)]
         choices: list[tuple[Any, ...]] = []
         for h, sql in enumerate(self.sql):
             if sql is not None:
-                choices += [("run", h), *([("die", h)] * (not self.died))]
+                choices += [("run", h), *([("die", h)] * self.may_die)]
             elif self.positions[h] < len(self.bound.program):
                 choices += [("start", h, t) for t in range(self.tick, self.bound.last_tick + 1)]
         return sorted(choices, key=lambda c: c[0] == "die")  # the first, a plain run
+
+    @property
+    def may_die(self) -> bool:
+        return self.crashes and not self.died
 
     def played(self, given: tuple[int, ...]) -> Interleaving:
         taken: list[int] = []
@@ -386,7 +393,7 @@ class _Scheduler:
                                       "explorer cannot stop it: run each statement through a "
                                       "connection's execute, executemany or executescript")
         if kind == "paused":
-            self.sql[h] = what
+            self.sql[h] = " ".join(what.split())  # one line, as a witness shows it
             return
         self.sql[h] = None
         step, start = self.begun[h]
@@ -409,22 +416,21 @@ class _Scheduler:
 
     def _final(self) -> tuple[Any, ...]:
         """What the file holds: each resource's authority row, and the stored pair as the
-        receiver reads it (as the contract says it, if a reader's receiver has no read)."""
+        receiver's read(resource) gives it (UNKNOWN: a reader's receiver without one)."""
         connection = _CONNECT(self.path, isolation_level=None, timeout=0)
-        reader = self.place.make(self.path) if self.place.spec == "fenced" else None
+        reader = self.place.make(self.path)
         try:
             held = []
             for r in range(self.bound.resources):
                 resource = explore.RESOURCES[r]
                 row = connection.execute("SELECT holder, epoch, expires_at FROM leases WHERE "
                                          "resource = ?", (resource,)).fetchone()
-                stored = reader.read(resource) if reader is not None else None
+                stored = reader.read(resource) if hasattr(reader, "read") else UNKNOWN
                 held.append((row, stored))
             return tuple(held)
         finally:
             connection.close()
-            if reader is not None:
-                reader.close()
+            reader.close()
 
 
 # --- the search: every interleaving, by its choices ---
@@ -451,7 +457,8 @@ def explore_statements(bound: Bound, place: Place | None = None) -> dict[str, An
         for verdict, failed in failing.items():
             if failed is not None:
                 run = failed
-                again = explore._Fresh(replayed, (bound, place, run.choices), cleanup).result()
+                again = explore._Fresh(replayed, (bound, place, run.choices, _died(run)),
+                                       cleanup).result()
                 if verdict not in again.failed or again.said != run.said:
                     raise explore.Different(
                         f"the interleaving {list(run.choices)} failed {verdict} in the search "
@@ -472,22 +479,26 @@ def _died(run: Interleaving) -> bool:
     return any(" dies before " in line for line in run.said)
 
 
-def replayed(bound: Bound, place: Place, choices: tuple[int, ...]) -> Interleaving:
+def replayed(bound: Bound, place: Place, choices: tuple[int, ...],
+             crashes: bool) -> Interleaving:
     """One interleaving played in a new process: the library imported afresh."""
     sqlite3.connect = _connect  # type: ignore[assignment]
-    return play(bound, place, choices)
+    return play(bound, place, choices, crashes=crashes)
 
 
 def _every(bound: Bound, place: Place) -> Iterator[Interleaving]:
-    """Each interleaving, depth first: after each, every other choice open at each point."""
-    pending: list[tuple[int, ...]] = [()]
-    while pending:
-        given = pending.pop()
-        run = play(bound, place, given)
-        yield run
-        for depth in range(len(run.options) - 1, len(given) - 1, -1):
-            pending += [(*run.choices[:depth], other) for other in
-                        range(run.options[depth] - 1, 0, -1)]
+    """Each interleaving with no crash, then each with one, depth first: after each, every
+    other choice open at each point."""
+    for crashes in (False, True):
+        pending: list[tuple[int, ...]] = [()]
+        while pending:
+            given = pending.pop()
+            run = play(bound, place, given, crashes=crashes)
+            if crashes == _died(run):
+                yield run
+            for depth in range(len(run.options) - 1, len(given) - 1, -1):
+                pending += [(*run.choices[:depth], other) for other in
+                            range(run.options[depth] - 1, 0, -1)]
 
 
 def report(table: dict[str, Any], seconds: float) -> str:
@@ -499,7 +510,7 @@ def report(table: dict[str, Any], seconds: float) -> str:
         "crash: a holder dies before a statement, and a new process takes the step again "
         f"(the rest played one way){', up to the first failing' * (not table['ok'])}; "
         f"{seconds:.1f} s"),
-        "  a crash in, and the step taken again:",
+        *["  a crash in, and the step taken again:"] * bool(table["after_a_crash"]),
         *(f"    {seen:<40}{count:>8,}" for seen, count in table["after_a_crash"].items()),
         *(f"  {verdict}: {'held' if not count else f'FAILED in {count:,}'}"
           for verdict, count in table["failed"].items()),
