@@ -78,6 +78,7 @@ class Interleaving(NamedTuple):
     said: tuple[str, ...]
     failed: tuple[str, ...]
     crashed: str | None  # "acquire, committed: held": the call it died in, and its retry
+    final: tuple[Any, ...] | None  # each resource's row and stored pair; None: a lock kept
 
 
 # --- rules: the three verdicts of one interleaving ---
@@ -348,15 +349,16 @@ class _Scheduler:
                 sql is not None for sql in self.sql):
             self.failed.append("liveness")
             self.said.append("  the others wait for ever: the write lock is kept after a call")
-        if not self.failed and not safe(self.bound, (self.place.rules,), tuple(self.calls),
-                                        self._final()):
+        final = None if self.failed else self._final()  # a lock kept: it cannot be read
+        if final is not None and not safe(self.bound, (self.place.rules,), tuple(self.calls),
+                                          final):
             self.failed.append("safety")
             self.said.append("  no one-at-a-time order of these calls gives these answers and "
                              "leaves what the file holds")
         if any(c.run is not None and _raised(c.run) for c in self.calls):
             self.failed.append("errors")
         return Interleaving(tuple(taken), tuple(options), tuple(self.calls), tuple(self.said),
-                            tuple(self.failed), self.crashed)
+                            tuple(self.failed), self.crashed, final)
 
     def take(self, choice: tuple[Any, ...]) -> None:
         kind, h, *rest = choice

@@ -8,6 +8,7 @@ Run from the repository's root: `python3 explorer/test_explore.py`.  The root's
 
 import contextlib
 import io
+import itertools
 import os
 import shutil
 import sqlite3
@@ -133,6 +134,31 @@ def _played_whole(bound: Bound, schedule: tuple[tuple[int, int], ...], objects: 
     return seen
 
 
+def one_at_a_time(bound: Bound, place: explore.Place, run: Any) -> bool:
+    """Whether some order of an interleaving's calls (none ending before another began comes
+    after it), played one at a time by the real code on a new file, gives every answer and
+    the stored pairs the interleaving left: the statement mode's safety, found otherwise."""
+    final = run.final[0][1]  # the stored pair the interleaving left
+    for order in itertools.permutations(run.calls):
+        if any(later.end < earlier.start for i, earlier in enumerate(order)
+               for later in order[i + 1:]):
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "sequential.sqlite3")
+            objects = [LeaseAuthority(path), place.make(path)]
+            try:
+                answers = [explore.played(call.step, call.held, objects, path,
+                                          bound.resource(call.h)) for call in order]
+                stored = objects[1].read(explore.RESOURCE)
+            finally:
+                for store in objects:
+                    store.close()
+        if all(explore._fields(kept) == call.run.kept and events == call.run.events
+               for (kept, events), call in zip(answers, order)) and stored == final:
+            return True
+    return False
+
+
 # --- scratch copies: the library broken on purpose, the explorer run on it ---
 
 
@@ -253,6 +279,10 @@ class CountingTests(unittest.TestCase):
         two = Bound(2, ("acquire", "write"), last_tick=2, ttl=1, resources=2)
         self.assertEqual(brute_force(two)[1], {1})
         self.assertEqual(brute_force(Bound(3, ("acquire",), 1, 1, resources=2))[1], {1, 2})
+
+    def test_every_check_holds_in_every_schedule_of_every_small_bound(self) -> None:
+        for name in SMALL:
+            self.assertEqual(set(table(name)["violations"].values()), {0}, name)
 
     def test_a_schedule_sample_is_the_same_for_a_seed_and_another_for_another(self) -> None:
         bound = Bound()
@@ -408,12 +438,34 @@ class StatementTests(unittest.TestCase):
             1, acquire_b, None, held, False, 2, 6)), final))
         self.assertFalse(statements.safe(bound, rules, (a, statements.Call(
             1, acquire_b, None, twice, True, 2, 6)), final), "a double grant")
+        self.assertFalse(statements.safe(bound, rules, (a,), ((("B", 1, 1), None),)),
+                         "the file must hold what the order leaves")
+        early = statements.Call(1, acquire_b, None, held, False, 1, 2)
+        self.assertFalse(statements.safe(bound, rules, (early, a._replace(start=3, end=4)),
+                                         final), "held by a lease granted after it ended")
+        self.assertTrue(statements.safe(bound, rules, (early, a._replace(start=1, end=4)),
+                                        final), "held by a lease granted while it ran")
         died = statements.Call(1, acquire_b, None, None, False, 2, 3)
         self.assertTrue(statements.safe(bound, rules, (a, died), final), "its effect unknown")
         nothing = ((None, None),)
         self.assertTrue(statements.safe(bound, rules, (died,), nothing), "no effect")
         self.assertFalse(statements.safe(bound, rules, (died._replace(committed=True),),
                                          nothing), "a committed call is in the order")
+
+    def test_a_brute_force_of_sequential_runs_of_the_real_code_agrees_with_safety(
+            self) -> None:
+        self.addCleanup(setattr, sqlite3, "connect", sqlite3.connect)
+        sqlite3.connect = statements._connect  # type: ignore[assignment]
+        for bound, spec, fails in [(statements.BOUND, None, False),
+                                   (Bound(2, ("acquire", "write"), 1, 1),
+                                    "examples:ReadBeforeTransaction", True)]:
+            place = explore.places(spec)[0]
+            runs = list(itertools.takewhile(lambda run: not statements._died(run),
+                                            statements._every(bound, place)))
+            for run in runs if not fails else [next(r for r in runs if r.failed)]:
+                with self.subTest(spec=spec, choices=run.choices):
+                    self.assertEqual(one_at_a_time(bound, place, run), not run.failed)
+            self.assertGreater(len(runs), 40)
 
     def test_a_statement_run_where_the_explorer_cannot_stop_it_is_a_usage_error(self) -> None:
         folder = scratch(self, "            row = _load(connection, resource)\n            held",
