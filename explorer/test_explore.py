@@ -149,7 +149,7 @@ def one_at_a_time(bound: Bound, place: explore.Place, run: Any) -> bool:
             try:
                 answers = [explore.played(call.step, call.held, objects, path,
                                           bound.resource(call.h)) for call in order]
-                stored = objects[1].read(explore.RESOURCE)
+                stored = objects[1].read(explore.RESOURCES[0])
             finally:
                 for store in objects:
                     store.close()
