@@ -29,6 +29,7 @@ import math
 import multiprocessing
 import os
 import random
+import signal
 import sqlite3
 import sys
 import tempfile
@@ -58,9 +59,10 @@ from run_experiment import (
 )
 
 __all__ = [
-    "CHECKS", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RETRY",
-    "AskingReceiver", "Bound", "Different", "Place", "Record", "Run", "explore_steps", "main",
-    "places", "replay",
+    "CHECKS", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "HOLDERS", "RESOURCES",
+    "RETRY", "AskingReceiver", "Bound", "Different", "Fresh", "Place", "Record", "Run",
+    "Unsupported", "compared", "expected", "explore_steps", "lease_fields", "main", "places",
+    "played", "recorded", "replay",
 ]
 
 RETRY = "retry"  # a program's word beside run_experiment's actions: the last write again
@@ -196,7 +198,7 @@ def expected(record: Record, step: Step, held: Lease | None, rules: Sequence[str
     row, tick, action = record.row, step.tick, step.action
     live = row is not None and row[0] is not None and is_live(row[2], now=tick)
     mine = row is not None and held is not None and (row[0], row[1]) == (step.actor, held.epoch)
-    keep, none = _fields(held), (None, None, None)
+    keep, none = lease_fields(held), (None, None, None)
     if action is Action.ACQUIRE and live:
         assert row is not None
         return [("held", row[1], row[2], *none)] * len(rules), keep
@@ -268,7 +270,7 @@ def model(move: Move) -> list[str]:
     """An answer, or the lease its holder keeps, is not the contract's from the record."""
     answers, kept = expected(move.before, move.step, move.held, move.rules, move.resource)
     wrong = [str(p) for p, (answer, event) in enumerate(zip(answers, move.run.events))
-             if answer != _compared(event, answer)]
+             if answer != compared(event, answer)]
     if kept != move.run.kept or (wrong and not _writes(move)):
         return ["authority", *(wrong if _writes(move) else [])]
     return wrong
@@ -286,13 +288,11 @@ CHECKS: dict[str, Callable[[Move], list[str]]] = {
 }
 
 
-def _compared(event: tuple[Any, ...], answer: tuple[Any, ...]) -> tuple[Any, ...]:
-    """An event's (outcome, epoch, expires_at, value, stored pair); a reader's receiver says
-    no stored pair, so the contract's stands in for it."""
+def compared(event: tuple[Any, ...], answer: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An event's (outcome, epoch, expires_at, value, stored pair) beside the contract's
+    `answer`; where it says no stored pair (a reader's receiver does not), the answer's."""
     said = event[3:9]
-    return said if said[4:] != (None, None) or said[0] not in ("applied", "replay", "conflict",
-                                                               "stale") else (*said[:4],
-                                                                              *answer[4:])
+    return said if said[4] is not None else (*said[:4], *answer[4:])
 
 
 def _writes(move: Move) -> bool:
@@ -332,7 +332,7 @@ def judged(record: Record, step: Step, held: Lease | None, run: Run,
     return found, failed, after
 
 
-def _fields(lease: Lease | None) -> tuple[Any, ...] | None:
+def lease_fields(lease: Lease | None) -> tuple[Any, ...] | None:
     return None if lease is None else (lease.resource, lease.holder, lease.epoch,
                                        lease.expires_at)
 
@@ -362,8 +362,8 @@ class AskingReceiver:
     def close(self) -> None:
         self._connection.close()
 
-    def write(self, resource: str, epoch: int, value: str, *, now: int) -> tuple[Any, ...]:
-        """Decide on one write at tick `now`: (outcome, resource, epoch, value, stored pair)."""
+    def write(self, resource: str, epoch: int, value: str, *, now: int) -> "_Result":
+        """Decide on one write at tick `now`, and say the pair it stores after."""
         connection = self._connection
         connection.execute("BEGIN IMMEDIATE")
         try:
@@ -383,7 +383,7 @@ class AskingReceiver:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
             raise
-        return (outcome, resource, epoch, value, *(stored or (None, None)))
+        return _Result(outcome, resource, epoch, value, *(stored or (None, None)))
 
 
 class Yours:
@@ -430,7 +430,7 @@ class _AtTick:
         self.receiver, self.now = receiver, now
 
     def write(self, resource: str, epoch: int, value: str) -> _Result:
-        return _Result(*self.receiver.write(resource, epoch, value, now=self.now))
+        return self.receiver.write(resource, epoch, value, now=self.now)
 
 
 def played(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
@@ -448,8 +448,8 @@ def played(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
         events.append(first)
     except Exception as exc:  # noqa: BLE001 - a broken library's answer, checked as one
         events.append(_raised(step, exc, path))
-    if step.action is not Action.WRITE or held is None or events[0].outcome.startswith("r"
-                                                                                       "aised"):
+    raised = events[0].outcome.startswith("raised")
+    if step.action is not Action.WRITE or held is None or raised:
         events *= len(receivers)
     else:
         for receiver in receivers[1:]:
@@ -504,7 +504,7 @@ class _File:
             self.objects = self._open()
             content = self._read()
         self.here = self._intern(content)
-        return Run(_fields(kept), events, left), self.here
+        return Run(lease_fields(kept), events, left), self.here
 
     def _intern(self, content: Any) -> int:
         if content not in self.ids:
@@ -577,22 +577,22 @@ class State(NamedTuple):
 Schedule = tuple[tuple[int, int], ...]  # (holder, tick) of each step
 
 
-def explore_steps(bound: Bound, receivers: tuple[Place, ...] | None = None, *, sample: int = 8,
-            seed: int = 0) -> dict[str, Any]:
+def explore_steps(bound: Bound, receivers: tuple[Place, ...] | None = None, *,
+                  sample: int = 8, seed: int = 0) -> dict[str, Any]:
     """Every schedule of `bound`, counted by state; the table of what happened (see `table`).
     A failing witness and `sample` random schedules (drawn with `seed`) are played again
     whole from a fresh start, and must answer as in the search: else Different."""
     receivers = receivers or places()
     with contextlib.ExitStack() as cleanup:
         folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="explore-"))
-        asked = [(schedule, _Fresh(replay, (bound, receivers, schedule), cleanup))
+        asked = [(schedule, Fresh(replay, (bound, receivers, schedule), cleanup))
                  for schedule in _drawn(bound, sample, seed)]  # played while the search runs
         bench = _File(folder, receivers)
         cleanup.callback(bench.close)
         ends, smallest, known, states = _search(bound, bench)
         found = {flag: _walk(bound, bench, known, schedule)
                  for flag, schedule in smallest.items()}
-        asked += [(smallest[flag], _Fresh(replay, (bound, receivers, smallest[flag]), cleanup))
+        asked += [(smallest[flag], Fresh(replay, (bound, receivers, smallest[flag]), cleanup))
                   for flag in smallest if flag[0] == "failed"]
         for schedule, fresh in asked:
             _same(bound, schedule, _walk(bound, bench, known, schedule), fresh.result())
@@ -687,7 +687,7 @@ def _walk(bound: Bound, bench: _File, known: dict[Any, tuple[Run, int]],
     return steps
 
 
-class _Fresh:
+class Fresh:
     """A schedule played whole in a new process of its own (spawned: it imports the library
     afresh), started at once; `result()` waits for its steps."""
 
@@ -723,6 +723,7 @@ REPLAY_SECONDS = 120.0
 
 
 def _answered(sender: Any, function: Callable[..., Any], *args: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the explorer's to handle
     sender.send(function(*args))
     sender.close()
 
@@ -758,7 +759,7 @@ def replay(bound: Bound, receivers: tuple[Place, ...],
                     for store in objects[h]:
                         store.close()
                     objects[h] = [LeaseAuthority(path), *(p.make(path) for p in receivers)]
-                run = Run(_fields(kept), events, left)
+                run = Run(lease_fields(kept), events, left)
                 others = tuple(lease for g, lease in enumerate(leases)
                                if g != h and lease is not None and lease[0] == resource)
                 _, failed, records[r] = judged(records[r], step, held, run, others, rules,
@@ -919,23 +920,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="explorer/explore.py", epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Play every schedule of a small bound on the real library and count what "
-        "happened at each receiver; with --statements, every interleaving at each SQL "
-        "statement.")
+        description="Play every schedule of a small bound on the real library and count what\n"
+        "happened at each receiver; with --statements, every interleaving of the calls\n"
+        "at each SQL statement.  See explorer/README.md.")
     parser.add_argument("--statements", action="store_true",
                         help="interleave the calls at each SQL statement, with a crash before "
                         "each (default bound: 2 holders, acquire write, tick 0, ttl 1)")
-    parser.add_argument("--holders", type=int, choices=range(1, 9), metavar="N")
+    parser.add_argument("--holders", type=int, choices=range(1, 9), metavar="N",
+                        help="holders A, B, ... (1 to 8; default 2)")
     parser.add_argument("--program", nargs="+", metavar="WORD",
-                        help="each holder's steps: acquire renew check write release retry")
-    parser.add_argument("--last-tick", type=int, choices=range(100), metavar="T")
-    parser.add_argument("--ttl", type=int, choices=range(1, 100), metavar="N")
-    parser.add_argument("--resources", type=int, choices=(1, 2), metavar="N")
+                        help="each holder's steps, from: acquire renew check write release "
+                        "retry (its last write again); default: acquire renew write release")
+    parser.add_argument("--last-tick", type=int, choices=range(100), metavar="T",
+                        help="ticks 0 to T (default 5)")
+    parser.add_argument("--ttl", type=int, choices=range(1, 100), metavar="N",
+                        help="ticks a lease lasts (default 2)")
+    parser.add_argument("--resources", type=int, choices=(1, 2), metavar="N",
+                        help="1 or 2: with 2, A acquires the first, B the second, C the first")
     parser.add_argument("--receiver", metavar="MODULE:NAME",
                         help="explore your receiver: NAME(path) with write(resource, epoch, "
-                        "value) answering an Outcome or its text, and close()")
+                        "value) answering an Outcome or its text; close() and read(resource) "
+                        "if it has them")
     parser.add_argument("--sample", type=int, default=8, metavar="N",
-                        help="passing schedules played again from a fresh start (default 8)")
+                        help="step mode: passing schedules played again from a fresh start "
+                        "(default 8)")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
     args = parser.parse_args(argv)
     try:

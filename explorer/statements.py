@@ -111,7 +111,7 @@ def safe(bound: Bound, rules: tuple[str, ...], calls: tuple[Call, ...],
                                    *answer) for answer in answers), False)
             if call in answered:
                 assert call.run is not None
-                if call.run.kept != kept or any(explore._compared(e, a) != a for e, a in zip(
+                if call.run.kept != kept or any(explore.compared(e, a) != a for e, a in zip(
                         call.run.events, answers)):
                     continue
             after = recorded(records[r], call.step, call.held, run)
@@ -260,7 +260,7 @@ class _Worker:
                         return
                     self.told.put(("died", None))
                     continue
-                self.told.put(("ended", (Run(explore._fields(kept), events, left),
+                self.told.put(("ended", (Run(explore.lease_fields(kept), events, left),
                                          self.committed)))
         except BaseException as exc:  # noqa: BLE001 - told, and raised by the scheduler
             self.told.put(("broken", exc))
@@ -459,7 +459,7 @@ def explore_statements(bound: Bound, place: Place | None = None) -> dict[str, An
         for verdict, failed in failing.items():
             if failed is not None:
                 run = failed
-                again = explore._Fresh(replayed, (bound, place, run.choices, _died(run)),
+                again = explore.Fresh(replayed, (bound, place, run.choices, _died(run)),
                                        cleanup).result()
                 if verdict not in again.failed or again.said != run.said:
                     raise explore.Different(

@@ -153,7 +153,7 @@ def one_at_a_time(bound: Bound, place: explore.Place, run: Any) -> bool:
             finally:
                 for store in objects:
                     store.close()
-        if all(explore._fields(kept) == call.run.kept and events == call.run.events
+        if all(explore.lease_fields(kept) == call.run.kept and events == call.run.events
                for (kept, events), call in zip(answers, order)) and stored == final:
             return True
     return False
