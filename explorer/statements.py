@@ -462,10 +462,7 @@ def explore_statements(bound: Bound, place: Place | None = None) -> dict[str, An
                 again = explore.Fresh(replayed, (bound, place, run.choices, _died(run)),
                                        cleanup).result()
                 if verdict not in again.failed or again.said != run.said:
-                    raise explore.Different(
-                        f"the interleaving {list(run.choices)} failed {verdict} in the search "
-                        f"but played whole in a new process it {'failed ' + ', '.join(again.failed) if again.failed else 'passed'}: "
-                        "an answer rests on more than the file and the call")
+                    raise explore.Different(_differs(verdict, run, again))
     return {
         "bound": bound, "receiver": place.name,
         "interleavings": sum(not _died(run) for run in found),
@@ -475,6 +472,17 @@ def explore_statements(bound: Bound, place: Place | None = None) -> dict[str, An
         "witnesses": {verdict: list(run.said) for verdict, run in failing.items() if run},
         "ok": not any(failing.values()),
     }
+
+
+def _differs(verdict: str, run: Interleaving, again: Interleaving) -> str:
+    """Why a failing interleaving is not shown: it went otherwise played whole afresh."""
+    said = [line for line, other in zip(run.said, again.said) if line != other]
+    where = (f"; first, in the search {said[0].strip()!r}, afresh "
+             f"{again.said[run.said.index(said[0])].strip()!r}" if said else "")
+    return (f"an interleaving failed {verdict} in the search but, played whole in a new "
+            f"process, {'failed ' + ', '.join(again.failed) if again.failed else 'passed'}"
+            f"{where}: an answer rests on more than the file and the call; the search's:\n"
+            + "\n".join(run.said))
 
 
 def _died(run: Interleaving) -> bool:
