@@ -188,6 +188,28 @@ class Run(NamedTuple):
     lock_left: bool
 
 
+class Unsupported(Exception):
+    """What the explorer cannot do with this library or receiver: a usage error, exit 2."""
+
+
+class Different(Exception):
+    """A call answered otherwise played whole from a fresh start than in the search: its
+    answer rests on more than the file and the call."""
+
+
+class State(NamedTuple):
+    """What the search merges schedules by: two that reach equal states go on as one."""
+
+    content: int
+    tick: int
+    positions: tuple[int, ...]
+    leases: tuple[Any, ...]  # the lease each holder keeps, as fields, or None
+    records: tuple[Record, ...]  # one per resource
+
+
+Schedule = tuple[tuple[int, int], ...]  # (holder, tick) of each step
+
+
 # --- rules: what the contract answers, and the checks of each step ---
 
 
@@ -555,26 +577,6 @@ class _File:
             columns.insert(0, "rowid")
         names = ", ".join(f'"{c}"' for c in columns)
         return f'INSERT INTO "{name}" ({names}) VALUES ({", ".join("?" * width)})'
-
-
-class Unsupported(Exception):
-    """What the explorer cannot do with this library or receiver: a usage error, exit 2."""
-
-
-class Different(Exception):
-    """A call answered otherwise played whole from a fresh start than in the search: its
-    answer rests on more than the file and the call."""
-
-
-class State(NamedTuple):
-    content: int
-    tick: int
-    positions: tuple[int, ...]
-    leases: tuple[Any, ...]  # the lease each holder keeps, as fields, or None
-    records: tuple[Record, ...]  # one per resource
-
-
-Schedule = tuple[tuple[int, int], ...]  # (holder, tick) of each step
 
 
 def explore_steps(bound: Bound, receivers: tuple[Place, ...] | None = None, *,
