@@ -180,6 +180,16 @@ def scratch(test: unittest.TestCase, old: str = "", new: str = "") -> str:
     return folder
 
 
+def scratch_replace(test: unittest.TestCase, folder: str, old: str, new: str) -> None:
+    """Replace `old` by `new` in the scratch copy's leases.py, once more."""
+    library = os.path.join(folder, "leases.py")
+    with open(library, encoding="utf-8") as file:
+        text = file.read()
+    test.assertIn(old, text, "the breakage must find what it breaks")
+    with open(library, "w", encoding="utf-8") as file:
+        file.write(text.replace(old, new))
+
+
 def run(folder: str, *args: str) -> subprocess.CompletedProcess[str]:
     """explorer/explore.py with `args`, run from `folder`."""
     return subprocess.run([sys.executable, os.path.join("explorer", "explore.py"), *args],
@@ -201,6 +211,14 @@ STALE_RELEASE = (
     ("        with self._transaction(write=False) as connection:\n"
     "            _current(connection, lease, None)\n"
     "            connection.execute(\"UPDATE leases SET holder = NULL WHERE resource = ?\",\n"))
+SAVEPOINT = ('connection.execute("BEGIN IMMEDIATE")', 'connection.execute("SAVEPOINT s")',
+             'connection.execute("COMMIT")', 'connection.execute("RELEASE s")')
+SPLIT_GRANT = (("            lease = Lease(resource, holder, row.epoch + 1 if row else 1, "
+               "expires_at)\n"),
+               ("            lease = Lease(resource, holder, row.epoch + 1 if row else 1, "
+               "expires_at)\n"
+               "            connection.execute('COMMIT')\n"
+               "            connection.execute('BEGIN IMMEDIATE')\n"))
 FENCE_GREATER_OR_EQUAL = ("if stored is None or epoch > stored[0]:",
                           "if stored is None or epoch >= stored[0]:")
 GRANT_OVER_A_LIVE_LEASE = ("            if held:\n                raise LeaseHeld(held)\n", "")
@@ -324,19 +342,24 @@ class BreakageTests(unittest.TestCase):
         self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
         self.assertIn("rests on more than the file and the call", done.stdout)
 
-    def test_a_deferred_begin_gives_only_lock_errors_never_a_double_grant(self) -> None:
-        done = run(scratch(self, *DEFERRED_BEGIN), "--statements")
-        self.assertEqual(done.returncode, explore.EXIT_FAILED)
-        self.assertIn("safety: held", done.stdout)
-        self.assertIn("errors: FAILED", done.stdout)
-        self.assertIn("raised LeaseError: database 'leases.sqlite3': database is locked",
-                      done.stdout)
-
-    def test_a_read_before_the_grants_transaction_gives_a_double_grant_at_once(self) -> None:
-        done = run(scratch(self, *READ_BEFORE_GRANT), "--statements")
-        self.assertEqual(done.returncode, explore.EXIT_FAILED)
-        self.assertIn("safety: FAILED", done.stdout)
-        self.assertIn("failing again played whole in a new process", done.stdout)
+    def test_each_begin_immediate_mistake_gives_a_double_grant_or_only_a_lock_error(
+            self) -> None:
+        for mistake, breakage, verdicts in [
+            ("a deferred BEGIN", DEFERRED_BEGIN, ("safety: held", "errors: FAILED")),
+            ("a SAVEPOINT", SAVEPOINT, ("safety: held", "errors: FAILED")),
+            ("a read before the grant's transaction", READ_BEFORE_GRANT,
+             ("safety: FAILED", "errors: held")),
+            ("a grant split over two commits", SPLIT_GRANT, ("safety: FAILED", "errors: held")),
+        ]:
+            with self.subTest(mistake):
+                folder = scratch(self, *breakage[:2])
+                if len(breakage) > 2:
+                    scratch_replace(self, folder, *breakage[2:])
+                done = run(folder, "--statements")
+                self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
+                for verdict in verdicts:
+                    self.assertIn(verdict, done.stdout)
+                self.assertIn("failing again played whole in a new process", done.stdout)
 
     def test_a_release_in_autocommit_passes_the_step_mode_and_fails_the_statement_mode(
             self) -> None:
@@ -353,15 +376,9 @@ class BreakageTests(unittest.TestCase):
         folder = scratch(self, "            connection.execute(\"COMMIT\")\n",
                          "            connection.execute(\"COMMIT\") if 'holder = NULL' not in "
                          "str(getattr(self, '_last', '')) else None\n")
-        library = os.path.join(folder, "leases.py")
-        with open(library, encoding="utf-8") as file:
-            text = file.read()
-        with open(library, "w", encoding="utf-8") as file:
-            file.write(text.replace("            connection.execute(\"UPDATE leases SET holder "
-                                    "= NULL",
-                                    "            self._last = 'holder = NULL'\n"
-                                    "            connection.execute(\"UPDATE leases SET holder "
-                                    "= NULL"))
+        scratch_replace(self, folder, "            connection.execute(\"UPDATE leases SET holder "
+                        "= NULL", "            self._last = 'holder = NULL'\n"
+                        "            connection.execute(\"UPDATE leases SET holder = NULL")
         done = run(folder, "--statements", "--program", "acquire", "release", "acquire")
         self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
         self.assertIn("liveness: FAILED", done.stdout)
