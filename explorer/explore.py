@@ -585,40 +585,52 @@ def explore_steps(bound: Bound, receivers: tuple[Place, ...] | None = None, *,
     A failing witness and `sample` random schedules (drawn with `seed`) are played again
     whole from a fresh start, and must answer as in the search: else Different."""
     receivers = receivers or places()
+    rules = tuple(place.rules for place in receivers)
     with contextlib.ExitStack() as cleanup:
         folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="explore-"))
         asked = [(schedule, Fresh(replay, (bound, receivers, schedule), cleanup))
                  for schedule in _drawn(bound, sample, seed)]  # played while the search runs
         bench = _File(folder, receivers)
         cleanup.callback(bench.close)
-        ends, smallest, known, states = _search(bound, bench)
-        found = {flag: _walk(bound, bench, known, schedule)
+        known: dict[Any, tuple[Run, int]] = {}  # (content, step, lease, resource): its run
+
+        def searched(h: int, content: int, step: Step, held: Lease | None,
+                     resource: str) -> tuple[Run, int]:
+            """A call played once from each content: what it did, and the content after."""
+            key = (content, step, lease_fields(held), resource)
+            if key not in known:
+                known[key] = bench.play(content, step, held, resource)
+            return known[key]
+
+        ends, smallest, states = _search(bound, searched, rules)
+        found = {flag: _walk(bound, searched, rules, schedule)
                  for flag, schedule in smallest.items()}
         asked += [(smallest[flag], Fresh(replay, (bound, receivers, smallest[flag]), cleanup))
                   for flag in smallest if flag[0] == "failed"]
         for schedule, fresh in asked:
-            _same(bound, schedule, _walk(bound, bench, known, schedule), fresh.result())
+            _same(bound, schedule, _walk(bound, searched, rules, schedule), fresh.result())
     return table(bound, receivers, ends, states, len(known), found)
 
 
-def _search(bound: Bound, bench: _File) -> tuple[Counter[frozenset[Any]], dict[Any, Schedule],
-                                                  dict[Any, tuple[Run, int]], int]:
+# How a step is played: by holder h, from a content of the file, with the lease it holds;
+# what it did, and the content it left.
+Player = Callable[[int, int, Step, "Lease | None", str], tuple[Run, int]]
+
+
+def _search(bound: Bound, play: Player, rules: tuple[str, ...]
+            ) -> tuple[Counter[frozenset[Any]], dict[Any, Schedule], int]:
     """Count schedules by state, one layer per step.  Each state keeps the smallest schedule
     that reaches it and how many schedules reach it with each set of flags (the classes each
     place showed, the checks failed)."""
-    rules = tuple(place.rules for place in bench.places)
-    start = State(bench.here, 0, (0,) * bound.holders, (None,) * bound.holders,
-                  (Record.empty(len(rules)),) * bound.resources)
     layer: dict[State, tuple[Schedule, Counter[frozenset[Any]]]] = {
-        start: ((), Counter({frozenset(): 1}))}
-    known: dict[Any, tuple[Run, int]] = {}  # (content, step, lease, resource) -> what it did
+        _start(bound, rules): ((), Counter({frozenset(): 1}))}
     smallest: dict[Any, Schedule] = {}
     states = 1
     for _ in range(bound.holders * len(bound.program)):
         following: dict[State, tuple[Schedule, Counter[frozenset[Any]]]] = {}
         for state, (schedule, counts) in layer.items():
             for h, tick in _next(bound, state.tick, state.positions):
-                flags, goes = _stepped(bound, bench, known, rules, state, h, tick)
+                flags, goes, _ = _stepped(bound, play, rules, state, h, tick)
                 reach = (*schedule, (h, tick))
                 for flag in flags:
                     if flag not in smallest or _order(reach) < _order(smallest[flag]):
@@ -633,28 +645,30 @@ def _search(bound: Bound, bench: _File) -> tuple[Counter[frozenset[Any]], dict[A
     ends: Counter[frozenset[Any]] = Counter()
     for _, counts in layer.values():
         ends.update(counts)
-    return ends, smallest, known, states
+    return ends, smallest, states
 
 
-def _stepped(bound: Bound, bench: _File, known: dict[Any, tuple[Run, int]],
-             rules: tuple[str, ...], state: State, h: int,
-             tick: int) -> tuple[frozenset[Any], State]:
-    """Holder h's next step at `tick` from `state`: the flags it raises, and the state after."""
+def _start(bound: Bound, rules: tuple[str, ...]) -> State:
+    return State(0, 0, (0,) * bound.holders, (None,) * bound.holders,
+                 (Record.empty(len(rules)),) * bound.resources)
+
+
+def _stepped(bound: Bound, play: Player, rules: tuple[str, ...], state: State, h: int,
+             tick: int) -> tuple[frozenset[Any], State, Run]:
+    """Holder h's next step at `tick` from `state`: the flags it raises, the state after,
+    and what it did."""
     step = bound.step(h, state.positions[h], tick)
     resource, r = bound.resource(h), h % bound.resources
     belief = state.leases[h]
     held = None if belief is None else Lease(*belief)
-    key = (state.content, step, belief, resource)
-    if key not in known:
-        known[key] = bench.play(state.content, step, held, resource)
-    run, content = known[key]
+    run, content = play(h, state.content, step, held, resource)
     others = tuple(lease for g, lease in enumerate(state.leases)
                    if g != h and lease is not None and lease[0] == resource)
     found, failed, after = judged(state.records[r], step, held, run, others, rules, resource)
     flags = frozenset([*(("class", p, c) for p, c in found),
                        *(("failed", check, place) for check, place in failed)])
     return flags, State(content, tick, _put(state.positions, h, state.positions[h] + 1),
-                        _put(state.leases, h, run.kept), _put(state.records, r, after))
+                        _put(state.leases, h, run.kept), _put(state.records, r, after)), run
 
 
 def _order(schedule: Schedule) -> tuple[Any, ...]:
@@ -673,18 +687,12 @@ def _put(items: tuple[Any, ...], index: int, item: Any) -> tuple[Any, ...]:
     return (*items[:index], item, *items[index + 1:])
 
 
-def _walk(bound: Bound, bench: _File, known: dict[Any, tuple[Run, int]],
+def _walk(bound: Bound, play: Player, rules: tuple[str, ...],
           schedule: Schedule) -> list[tuple[Run, list[Any]]]:
-    """A schedule as the search answered it, from what it played: each step's run and
-    failures."""
-    rules = tuple(place.rules for place in bench.places)
-    state = State(0, 0, (0,) * bound.holders, (None,) * bound.holders,
-                  (Record.empty(len(rules)),) * bound.resources)
-    steps = []
+    """One schedule played by `play`: each step's run, and the checks it failed."""
+    state, steps = _start(bound, rules), []
     for h, tick in schedule:
-        step = bound.step(h, state.positions[h], tick)
-        run = known[state.content, step, state.leases[h], bound.resource(h)][0]
-        flags, state = _stepped(bound, bench, known, rules, state, h, tick)
+        flags, state, run = _stepped(bound, play, rules, state, h, tick)
         steps.append((run, sorted(flag[1:] for flag in flags if flag[0] == "failed")))
     return steps
 
@@ -734,46 +742,43 @@ def replay(bound: Bound, receivers: tuple[Place, ...],
            schedule: Schedule) -> list[tuple[Run, list[Any]]]:
     """Play `schedule` whole from a fresh start: a new file, each holder with objects of its
     own.  Run in a new process, this library is freshly imported.  Each step's run, and the
-    checks it failed, as _walk gives them."""
-    rules = tuple(place.rules for place in receivers)
+    checks it failed, as the search's _walk gives them."""
     with tempfile.TemporaryDirectory(prefix="explore-replay-") as folder:
-        path = os.path.join(folder, "leases.sqlite3")
-        objects = [[LeaseAuthority(path), *(place.make(path) for place in receivers)]
-                   for _ in range(bound.holders)]
-        raw = sqlite3.connect(path, isolation_level=None, timeout=0)
+        whole = _Whole(os.path.join(folder, "leases.sqlite3"), bound.holders, receivers)
         try:
-            positions = [0] * bound.holders
-            leases: list[tuple[Any, ...] | None] = [None] * bound.holders
-            records = [Record.empty(len(rules))] * bound.resources
-            steps = []
-            for h, tick in schedule:
-                step, resource, r = bound.step(h, positions[h], tick), bound.resource(h), \
-                    h % bound.resources
-                belief = leases[h]
-                held = None if belief is None else Lease(*belief)
-                kept, events = played(step, held, objects[h], path, resource)
-                try:
-                    raw.execute("BEGIN IMMEDIATE")
-                    raw.execute("COMMIT")
-                    left = False
-                except sqlite3.OperationalError:
-                    left = True
-                    for store in objects[h]:
-                        store.close()
-                    objects[h] = [LeaseAuthority(path), *(p.make(path) for p in receivers)]
-                run = Run(lease_fields(kept), events, left)
-                others = tuple(lease for g, lease in enumerate(leases)
-                               if g != h and lease is not None and lease[0] == resource)
-                _, failed, records[r] = judged(records[r], step, held, run, others, rules,
-                                               resource)
-                positions[h] += 1
-                leases[h] = run.kept
-                steps.append((run, sorted(failed)))
-            return steps
+            return _walk(bound, whole.play, tuple(p.rules for p in receivers), schedule)
         finally:
-            raw.close()
-            for store in (store for own in objects for store in own):
+            whole.close()
+
+
+class _Whole:
+    """A file played on from its start, each holder on objects of its own."""
+
+    def __init__(self, path: str, holders: int, receivers: tuple[Place, ...]) -> None:
+        self.path, self.receivers = path, receivers
+        self.objects = [self._open() for _ in range(holders)]
+        self.raw = sqlite3.connect(path, isolation_level=None, timeout=0)
+
+    def _open(self) -> list[Any]:
+        return [LeaseAuthority(self.path), *(place.make(self.path) for place in self.receivers)]
+
+    def play(self, h: int, content: int, step: Step, held: Lease | None,
+             resource: str) -> tuple[Run, int]:
+        kept, events = played(step, held, self.objects[h], self.path, resource)
+        try:  # the write lock free again after the call
+            self.raw.execute("BEGIN IMMEDIATE")
+            self.raw.execute("COMMIT")
+        except sqlite3.OperationalError:
+            for store in self.objects[h]:
                 store.close()
+            self.objects[h] = self._open()
+            return Run(lease_fields(kept), events, True), content
+        return Run(lease_fields(kept), events, False), content
+
+    def close(self) -> None:
+        self.raw.close()
+        for store in (store for own in self.objects for store in own):
+            store.close()
 
 
 def _same(bound: Bound, schedule: Schedule, searched: list[tuple[Run, list[Any]]],
