@@ -240,6 +240,10 @@ class _Worker:
                 step, held, resource = order
                 if not self.objects:  # a new process opens the file, not interleaved
                     self.objects = [LeaseAuthority(self.path), self.place.make(self.path)]
+                    if len(self.connections) < len(self.objects):
+                        raise explore.Unsupported(
+                            f"{self.place.spec} opened no connection through sqlite3.connect "
+                            "as it was made, so its statements cannot be stopped")
                 self.gated, self.committed = True, False
                 try:
                     kept, events = played(step, held, self.objects, self.path, resource)

@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import examples
 import explore
 import statements
 from explore import Bound
@@ -31,6 +32,7 @@ from explore import Bound
 from leases import LeaseAuthority
 from run_experiment import CLASSES, Answer
 
+CONNECT = sqlite3.connect  # as a module that imported it by name holds it
 TIMEOUT = 120.0  # bounds a hung run; no test waits for it to pass
 NAMES = [cls.name for cls in CLASSES]
 SMALL = {
@@ -157,6 +159,15 @@ def one_at_a_time(bound: Bound, place: explore.Place, run: Any) -> bool:
                for (kept, events), call in zip(answers, order)) and stored == final:
             return True
     return False
+
+
+class OwnConnect(examples.ReadmeFence):
+    """README's fence, connected by a sqlite3.connect of its own, out of the explorer's reach."""
+
+    def __init__(self, path: str) -> None:
+        self.connection = CONNECT(path, isolation_level=None, timeout=10)
+        self.connection.execute("CREATE TABLE IF NOT EXISTS fenced (resource TEXT PRIMARY KEY,"
+                                " epoch INTEGER NOT NULL, value TEXT NOT NULL)")
 
 
 # --- scratch copies: the library broken on purpose, the explorer run on it ---
@@ -483,6 +494,12 @@ class StatementTests(unittest.TestCase):
                 with self.subTest(spec=spec, choices=run.choices):
                     self.assertEqual(one_at_a_time(bound, place, run), not run.failed)
             self.assertGreater(len(runs), 40)
+
+    def test_a_receiver_whose_connection_the_explorer_cannot_stop_is_refused(self) -> None:
+        with self.assertRaisesRegex(explore.Unsupported, "opened no connection through "
+                                    "sqlite3.connect as it was made"):
+            statements.explore_statements(statements.BOUND,
+                                          explore.places("test_explore:OwnConnect")[0])
 
     def test_a_statement_run_where_the_explorer_cannot_stop_it_is_a_usage_error(self) -> None:
         folder = scratch(self, "            row = _load(connection, resource)\n            held",
