@@ -323,15 +323,17 @@ class BreakageTests(unittest.TestCase):
     """Each check fires under a breakage of the library made for it; a failure shown has
     failed again played whole from a fresh start."""
 
-    def test_a_grant_over_a_live_lease_fails_one_live_lease_at_the_default_bound(self) -> None:
-        done = run(scratch(self, *GRANT_OVER_A_LIVE_LEASE))
+    def test_a_grant_over_a_live_lease_fails_one_live_lease_where_two_acquire(self) -> None:
+        done = run(scratch(self, *GRANT_OVER_A_LIVE_LEASE), "--program", "acquire", "write",
+                   "--last-tick", "1")
         self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
         self.assertIn("checks failed: one live lease, model", done.stdout)
         self.assertIn("failing again played whole from a fresh start", done.stdout)
 
     def test_a_fence_that_applies_an_equal_epoch_fails_where_a_holder_retries(self) -> None:
         folder = scratch(self, *FENCE_GREATER_OR_EQUAL)
-        self.assertEqual(run(folder).returncode, explore.EXIT_OK, "one write per lease")
+        self.assertEqual(run(folder, "--program", "acquire", "write", "--last-tick",
+                             "2").returncode, explore.EXIT_OK, "one write per lease")
         done = run(folder, "--program", "acquire", "write", "retry", "--last-tick", "1")
         self.assertEqual(done.returncode, explore.EXIT_FAILED)
         self.assertIn("checks failed: fence, model", done.stdout)
