@@ -319,7 +319,7 @@ class _Scheduler:
         self.said: list[str] = []
         self.failed: list[str] = []
         self.crashed: str | None = None
-        self.retrying: str | None = None  # the call a holder died in, taken again next
+        self.retrying: dict[int, str] = {}  # the call each holder died in, to take again
 
     def enabled(self) -> list[tuple[Any, ...]]:
         writer = [h for h, worker in enumerate(self.workers) if worker.writing]
@@ -407,7 +407,7 @@ class _Scheduler:
         held = None if belief is None else Lease(*belief)
         if kind == "died":
             self.calls.append(Call(h, step, held, None, worker.committed, start, self.taken))
-            self.retrying = f"{step.action.value}, {'not ' * (not worker.committed)}committed"
+            self.retrying[h] = f"{step.action.value}, {'not ' * (not worker.committed)}committed"
             return
         run, committed = what
         if run.lock_left:
@@ -415,8 +415,8 @@ class _Scheduler:
             self.said.append(f"  {actor} returned with a transaction open")
         self.calls.append(Call(h, step, held, run, committed, start, self.taken))
         self.said.append(f"  {actor} {run.events[0][3]}")
-        if self.retrying is not None and self.calls[-2].run is None and self.calls[-2].h == h:
-            self.crashed, self.retrying = f"{self.retrying}: {run.events[0][3]}", None
+        if h in self.retrying:  # the step taken again by a new process
+            self.crashed = f"{self.retrying.pop(h)}: {run.events[0][3]}"
         self.positions[h] += 1
         self.held[h] = run.kept
 
