@@ -450,6 +450,8 @@ class StatementTests(unittest.TestCase):
         self.assertTrue(found["ok"])
         self.assertEqual(found["failed"], dict.fromkeys(statements.VERDICTS, 0))
         self.assertGreater(found["crash_schedules"], found["interleavings"])
+        self.assertEqual(sum(found["after_a_crash"].values()), found["crash_schedules"],
+                         "each crash's step is taken again, and counted")
         self.assertEqual(found["after_a_crash"]["write, committed: replay"] > 0, True)
         self.assertIn("acquire, committed: held", found["after_a_crash"])
 
