@@ -40,8 +40,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-if os.path.dirname(HERE) not in sys.path:  # leases.py and run_experiment.py, one folder up,
-    sys.path.append(os.path.dirname(HERE))  # after this folder: explore is this module
+_PATHS = [os.path.abspath(path or ".") for path in sys.path]
+if os.path.dirname(HERE) not in _PATHS:  # leases.py and run_experiment.py, one folder up,
+    sys.path.insert(_PATHS.index(HERE) + 1 if HERE in _PATHS else 0,  # just after this one
+                    os.path.dirname(HERE))
 
 from leases import Lease, LeaseAuthority, LeaseError, Outcome, Receiver, is_live
 from run_experiment import (
