@@ -242,7 +242,7 @@ class _Worker:
                     self.objects = [LeaseAuthority(self.path), self.place.make(self.path)]
                     if len(self.connections) < len(self.objects):
                         raise explore.Unsupported(
-                            f"{self.place.spec} opened no connection through sqlite3.connect "
+                            f"{self.place.spec!r} opened no connection through sqlite3.connect "
                             "as it was made, so its statements cannot be stopped")
                 self.gated, self.committed = True, False
                 try:
