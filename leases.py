@@ -206,9 +206,10 @@ class _Database:
 
 
 def _make_or_check_tables(connection: sqlite3.Connection, path: str) -> bool:
-    """Make the model's tables in an empty database (True), or check that they are there as
-    this library makes them (False); a file of anything else is LeaseError, and left as it was."""
-    found = connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
+    """Make the model's tables in a database with nothing in it, as a new or empty file is to
+    SQLite (True), or check that they are there as this library makes them (False); a file of
+    anything else is LeaseError, and left as it was."""
+    found = connection.execute("SELECT name, sql FROM sqlite_master").fetchall()  # all kinds
     if not found:
         for statement in _TABLES.values():
             connection.execute(statement)
@@ -404,3 +405,4 @@ def _check_lease(lease: object) -> None:
     _check_text("lease.resource", lease.resource)
     _check_text("lease.holder", lease.holder)
     _check_int("lease.epoch", lease.epoch, least=1)
+    _check_int("lease.expires_at", lease.expires_at, least=1)

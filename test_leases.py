@@ -14,9 +14,10 @@ import pickle
 import sqlite3
 import sys
 import tempfile
+import threading
 import unittest
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 from unittest import mock
 
 import leases
@@ -52,9 +53,18 @@ def new_path(test: unittest.TestCase, name: str = "leases.sqlite3") -> str:
     return os.path.join(folder.name, name)
 
 
-def opened(test: unittest.TestCase, database: Any) -> Any:
+Opened = TypeVar("Opened", LeaseAuthority, Receiver)
+
+
+def opened(test: unittest.TestCase, database: Opened) -> Opened:
     test.addCleanup(database.close)
     return database
+
+
+def connection_of(database: LeaseAuthority | Receiver) -> sqlite3.Connection:
+    """Its SQLite connection: a test reaches inside to watch or steer the statements."""
+    assert database._connection is not None, "closed"
+    return database._connection
 
 
 # --- what child processes run: each opens the file, says so, waits for its start, calls ---
@@ -75,7 +85,7 @@ def call(kind: str, path: str, args: tuple[Any, ...], opened: Any, start: Any,
                 if statement.startswith(pause_at) and not reached.is_set():
                     reached.set()
                     resume.wait(TIMEOUT)
-            database._connection.set_trace_callback(pause)
+            connection_of(database).set_trace_callback(pause)
         if kind == "acquire":
             try:
                 return "granted", database.acquire(*args, now=0, ttl=1).epoch
@@ -152,6 +162,18 @@ def shown(record: dict[str, Any]) -> list[tuple[Any, ...]]:
             for e in record["events"]]
 
 
+def refusing_one_commit() -> Callable[..., int]:
+    """An SQLite authorizer that refuses the first COMMIT it is asked about."""
+    refused: list[str] = []
+
+    def authorize(action: int, operation: str | None, *_: object) -> int:
+        if action == sqlite3.SQLITE_TRANSACTION and operation == "COMMIT" and not refused:
+            refused.append(operation)
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+    return authorize
+
+
 # --- the authority ---
 
 
@@ -193,7 +215,7 @@ class AuthorityTests(unittest.TestCase):
         with self.assertRaises(LeaseLost) as expired:
             authority.renew(old, now=10, ttl=10)
         self.assertEqual(expired.exception.reason, "it expired at tick 10")
-        new = authority.acquire(RESOURCE, "B", now=10, ttl=10)
+        new = authority.acquire(RESOURCE, "A", now=10, ttl=10)  # A again: the holder, not the epoch
         impostor = Lease(RESOURCE, "C", new.epoch, new.expires_at)  # the epoch, not the holder
         for lease in (old, impostor):
             for attempt in ("renew", "release"):
@@ -204,7 +226,7 @@ class AuthorityTests(unittest.TestCase):
                         else:
                             authority.release(lease)
                     self.assertEqual(lost.exception.current, new)
-        self.assertEqual(authority.current(RESOURCE, now=11), new)  # still B's
+        self.assertEqual(authority.current(RESOURCE, now=11), new)  # untouched
         authority.release(new)
         with self.assertRaises(LeaseLost):
             authority.release(new)
@@ -220,22 +242,38 @@ class AuthorityTests(unittest.TestCase):
         with self.subTest("the second asks while the first is between its read and its write"):
             answers = overtaking(self, "acquire", path, (RESOURCE, "X"), (RESOURCE, "Y"))
             self.assertEqual(answers, [("granted", 31), ("held", 31)])
-        with self.subTest("4 threads sharing one authority, 50 grants each"):
-            authority = opened(self, LeaseAuthority(path))
+        with self.subTest("a thread asks while another thread's call is inside its transaction"):
+            authority, real_load = opened(self, LeaseAuthority(path)), leases._load
+            holding, inside, asked = threading.local(), threading.Event(), threading.Event()
 
-            def take_turns(holder: str) -> list[int]:
-                epochs = []
-                for _ in range(50):
-                    with contextlib.suppress(LeaseHeld):  # another thread holds it
-                        lease = authority.acquire(RESOURCE, holder, now=1, ttl=1)
-                        epochs.append(lease.epoch)
-                        authority.release(lease)
-                return epochs
+            def load_and_hold(connection: sqlite3.Connection, resource: str) -> Any:
+                row = real_load(connection, resource)
+                if getattr(holding, "here", False):  # the first thread holds after its read
+                    inside.set()
+                    asked.wait(TIMEOUT)
+                return row
 
-            with concurrent.futures.ThreadPoolExecutor(4) as pool:
-                turns = [pool.submit(take_turns, f"T{n}") for n in range(4)]
-                epochs = [epoch for turn in turns for epoch in turn.result(TIMEOUT)]
-            self.assertEqual(sorted(epochs), list(range(32, 32 + len(epochs))))
+            def first(now: int) -> int:
+                holding.here = True
+                return authority.acquire(RESOURCE, "X", now=now, ttl=1).epoch
+
+            def second(now: int) -> object:
+                inside.wait(TIMEOUT)
+                asked.set()  # a call that did not wait its turn is under way before X goes on
+                try:
+                    return authority.acquire(RESOURCE, "Y", now=now, ttl=1)
+                except LeaseHeld as held:
+                    return held.lease.epoch
+
+            # Repeated: a call that does not wait its turn almost always shows at once.
+            with mock.patch.object(leases, "_load", load_and_hold):
+                for now in range(1, 21):
+                    inside.clear()
+                    asked.clear()
+                    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                        turns = pool.submit(first, now), pool.submit(second, now)
+                        self.assertEqual([turn.result(TIMEOUT) for turn in turns],
+                                         [31 + now, 31 + now], f"at tick {now}")
 
 
 # --- the receiver ---
@@ -303,6 +341,13 @@ class StorageTests(unittest.TestCase):
         with mock.patch.object(leases, "_decide", side_effect=KeyboardInterrupt), \
                 self.assertRaises(KeyboardInterrupt):
             receiver.write(RESOURCE, 1, "lost")
+        # A COMMIT that fails after each call's write, as on a full disk: SQLite refuses it once.
+        for database in (authority, receiver):
+            connection_of(database).set_authorizer(refusing_one_commit())
+        with self.assertRaises(LeaseError):
+            authority.acquire(RESOURCE, "B", now=1, ttl=1)
+        with self.assertRaises(LeaseError):
+            receiver.write(RESOURCE, 1, "lost")
         # Nothing was kept, and no transaction was left open: both go on as if the failed
         # calls had never been made, and so does another connection after them.
         self.assertIsNone(receiver.read(RESOURCE))
@@ -313,10 +358,12 @@ class StorageTests(unittest.TestCase):
 
     def test_bad_input_is_refused_before_any_transaction(self) -> None:
         path = new_path(self)
-        authority, receiver = opened(self, LeaseAuthority(path)), opened(self, Receiver(path))
+        # Any: the calls below break the types on purpose.
+        authority: Any = opened(self, LeaseAuthority(path))
+        receiver: Any = opened(self, Receiver(path))
         statements: list[str] = []
         for database in (authority, receiver):
-            database._connection.set_trace_callback(statements.append)
+            connection_of(database).set_trace_callback(statements.append)
         lease = Lease(RESOURCE, "A", 1, 10)
         cases: list[tuple[Callable[[], object], type[Exception], str]] = [
             (lambda: authority.acquire(7, "A", now=0, ttl=1), TypeError, "resource"),
@@ -327,6 +374,9 @@ class StorageTests(unittest.TestCase):
             (lambda: authority.acquire(RESOURCE, "A", now=2**63 - 1, ttl=1), ValueError, "now + ttl"),
             (lambda: authority.renew("lease", now=0, ttl=1), TypeError, "lease"),
             (lambda: authority.release(Lease(RESOURCE, "A", 0, 10)), ValueError, "lease.epoch"),
+            (lambda: authority.release(Lease(RESOURCE, "", 1, 10)), ValueError, "lease.holder"),
+            (lambda: authority.renew(Lease(RESOURCE, "A", 1, "9"), now=0, ttl=1),  # type: ignore[arg-type]
+             TypeError, "lease.expires_at"),
             (lambda: authority.current(RESOURCE, now=1.5), TypeError, "now"),
             (lambda: receiver.write(RESOURCE, 0, "v"), ValueError, "epoch"),
             (lambda: receiver.write(RESOURCE, 1, None), TypeError, "value"),
@@ -351,13 +401,14 @@ class StorageTests(unittest.TestCase):
         def sqlite(create: str) -> Callable[[str], None]:
             def make(path: str) -> None:
                 with contextlib.closing(sqlite3.connect(path)) as connection:
-                    connection.execute(create)
-                    connection.commit()
+                    connection.executescript(create)
             return make
 
         for name, make in [("a text file", text),
                            ("another program's database", sqlite("CREATE TABLE t (x)")),
-                           ("a table of ours, made otherwise", sqlite("CREATE TABLE leases (x)"))]:
+                           ("a database of views alone", sqlite("CREATE VIEW v AS SELECT 1")),
+                           ("our tables, made otherwise",
+                            sqlite("CREATE TABLE leases (x); CREATE TABLE receiver_decisions (x)"))]:
             for kind in (LeaseAuthority, Receiver):
                 with self.subTest(name, kind=kind.__name__):
                     path = new_path(self)
@@ -473,18 +524,25 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual((code, stdout.split(":")[0]), (0, "reproduced"))
             with open(output, "rb") as made, open(results, "rb") as committed:
                 self.assertEqual(made.read(), committed.read())
-        with self.subTest("1: a difference, named by its JSON path"):
+        with self.subTest("1: each difference named by its JSON path, conclusions first"):
             changed = os.path.join(folder, "changed.json")
             with open(results, encoding="utf-8") as file:
                 document = json.load(file)
+            first = document["scenarios"][0]
+            first["events"][0]["tick"] = 5
+            first["verdict"]["newer_write_overwritten_by_older_epoch"] = 1  # JSON's 1 is not true
             document["scenarios"][1]["final"]["epoch"] = 1
             with open(changed, "w", encoding="utf-8") as file:
                 json.dump(document, file)
             code, stdout, _ = run("--check", changed)
-            self.assertEqual(code, 1)
-            self.assertIn("$.scenarios[1].final.epoch: expected 1, got 2", stdout)
+            self.assertEqual((code, stdout.splitlines()[1:]), (1, [
+                ("  $.scenarios[0].verdict.newer_write_overwritten_by_older_epoch: expected 1, "
+                 "got true"),
+                "  $.scenarios[1].final.epoch: expected 1, got 2",
+                "  $.scenarios[0].events[0].tick: expected 5, got 0"]))
         for name, argv in [("a missing file", ("--check", os.path.join(folder, "none.json"))),
                            ("a file that is not JSON", ("--check", __file__)),
+                           ("no folder to write to", ("--output", os.path.join(folder, "no", "x"))),
                            ("an unknown option", ("--chek", results))]:
             with self.subTest(f"2: {name}, in one line"):
                 code, stdout, stderr = run(*argv)
