@@ -415,7 +415,13 @@ def _start(scenario: Scenario, db_path: str, context: Any, bound: float,
         worker = context.Process(target=_work, name=f"{scenario.name}:{actor}", args=(
             db_path, scenario.fenced, script, released, play.reports[actor], bound))
         workers.callback(_stop, worker)
-        worker.start()
+        # Started with Ctrl-C blocked, so that it cannot land while the worker is still
+        # importing; the worker then ignores it (the engine stops the workers).
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            worker.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         play.workers[actor] = worker
     return play
 
@@ -570,15 +576,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Replay the three lease scenarios (unfenced receiver, fenced receiver, and "
         "the gap between a lease's expiry and the receiver's observation of a newer epoch) with "
-        "spawned processes, and write the evidence as canonical JSON to stdout or PATH. A "
-        "timeline to read goes to stderr.")
+        "spawned processes, and write the evidence as canonical JSON. A timeline to read goes "
+        "to stderr.")
     parser.add_argument("--check", metavar="EXPECTED", help="compare the run with this "
                         "evidence file; key order and whitespace do not matter")
     parser.add_argument("--output", metavar="PATH", help="write the evidence to this file, "
-                        "whole or not at all (default: stdout)")
+                        "whole or not at all (default: stdout, unless --check is given)")
     args = parser.parse_args(argv)
     try:
         expected = None if args.check is None else _read_json(args.check)
+        if args.output is not None:
+            _check_folder(args.output)
         document = run_scenarios()
         text = canonical_json(document)
         if args.output is not None:
@@ -616,14 +624,28 @@ class _Unusable(Exception):
     """A file that cannot be read or written: exit 2, in one line."""
 
 
+def _why(exc: Exception) -> str:  # "No such file or directory", "embedded null byte"
+    return getattr(exc, "strerror", None) or str(exc)
+
+
 def _read_json(path: str) -> object:
     try:
         with open(path, "rb") as file:
-            return json.loads(file.read())
-    except OSError as exc:
-        raise _Unusable(f"cannot read {path!r}: {exc.strerror}") from None
+            data = file.read()
+    except (OSError, ValueError) as exc:
+        raise _Unusable(f"cannot read {path!r}: {_why(exc)}") from None
+    try:
+        return json.loads(data)
     except ValueError as exc:  # not UTF-8, or not JSON
         raise _Unusable(f"{path!r} is not JSON: {exc}") from None
+
+
+def _check_folder(path: str) -> None:
+    """Refuse, before the run, an --output whose folder is missing or read-only."""
+    folder = os.path.dirname(path) or "."
+    if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+        raise _Unusable(f"cannot write {path!r}: {folder!r} is not a folder this user can "
+                        "write to")
 
 
 def _write_whole(path: str, text: str) -> None:
@@ -634,10 +656,10 @@ def _write_whole(path: str, text: str) -> None:
             file.write(text)
         os.replace(staged, path)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             os.unlink(staged)
-        if isinstance(exc, OSError):
-            raise _Unusable(f"cannot write {path!r}: {exc.strerror}") from None
+        if isinstance(exc, (OSError, ValueError)):
+            raise _Unusable(f"cannot write {path!r}: {_why(exc)}") from None
         raise
 
 
