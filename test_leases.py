@@ -128,22 +128,23 @@ def in_processes(test: unittest.TestCase, calls: list[tuple[Any, ...]],
 
 def overtaking(test: unittest.TestCase, kind: str, path: str, first: tuple[Any, ...],
                second: tuple[Any, ...]) -> list[Any]:
-    """Hold the `first` call inside its transaction, after its read and before its INSERT,
-    until the `second` is about to BEGIN; then let both go on.  A call that read outside its
-    transaction would now read what the first read."""
-    events = [SPAWN.Event() for _ in range(5)]
-    first_opened, second_opened, first_inside, second_begins, resume = events
-    going = SPAWN.Event()
-    going.set()
+    """Play `first` and `second` in two processes, the second overtaking the first: the first
+    stops inside its transaction, after its read and before its INSERT; then the second
+    starts; the first goes on once the second has sent its BEGIN.  A call that read outside
+    its transaction has now read what the first read, before the first wrote."""
+    first_opened, second_opened = SPAWN.Event(), SPAWN.Event()  # each has its database open
+    first_inside, first_goes_on = SPAWN.Event(), SPAWN.Event()
+    second_begins, second_goes_on = SPAWN.Event(), SPAWN.Event()
+    second_goes_on.set()  # the second is only watched at its BEGIN, never held there
 
-    def release_the_first() -> None:
+    def let_the_first_go_on() -> None:
         test.assertTrue(second_begins.wait(TIMEOUT), "the second call never began")
-        resume.set()
+        first_goes_on.set()
 
     return in_processes(test, [
-        (kind, path, first, first_opened, second_opened, "INSERT", first_inside, resume),
-        (kind, path, second, second_opened, first_inside, "BEGIN", second_begins, going),
-    ], release_the_first)
+        (kind, path, first, first_opened, second_opened, "INSERT", first_inside, first_goes_on),
+        (kind, path, second, second_opened, first_inside, "BEGIN", second_begins, second_goes_on),
+    ], let_the_first_go_on)
 
 
 def evidence_of(test: unittest.TestCase, name: str) -> dict[str, Any]:
