@@ -128,7 +128,7 @@ SCENARIOS = (
 )
 
 
-# --- one step, as the workers and the explorer perform it ---
+# --- one step, as a worker performs it ---
 
 
 class Answer(str, enum.Enum):
@@ -170,10 +170,6 @@ class Event:
                 "epoch": self.epoch, "expires_at": self.expires_at, "value": self.value,
                 "outcome": getattr(self.outcome, "value", self.outcome),
                 "stored_epoch": self.stored_epoch, "stored_value": self.stored_value}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Event":
-        return cls(**{**data, "action": Action(data["action"])})
 
 
 def perform(step: Step, lease: Lease | None, authority: LeaseAuthority, receiver: Any,
@@ -220,7 +216,7 @@ def write(step: Step, lease: Lease, receiver: Any) -> Event:
                  result.value, result.stored_epoch, result.stored_value)
 
 
-# --- the judge: each class of write written once, for the evidence and the explorer ---
+# --- the judge: each class of write written once ---
 
 
 class Write(NamedTuple):
@@ -252,18 +248,15 @@ class Write(NamedTuple):
 
 @dataclass(frozen=True)
 class Class:
-    """A class of write: its name (the explorer's column), what it is in README's words,
-    whether it is harm, protection or neither, the verdict field of results.json that counts
-    it (None: the explorer's only), and its rule."""
+    """A class of write: its name, what it is in README's words, whether it is harm,
+    protection or neither, the verdict field of results.json that counts it, and its rule."""
 
     name: str
     says: str
     kind: str
-    field: str | None
+    field: str
     rule: Callable[[Write], bool]
 
-
-_REFUSED = (Outcome.STALE, Outcome.CONFLICT, "not live")  # "not live": the explorer's contrast
 
 CLASSES = (
     Class("lost update", "a lower epoch applied over a higher one", "harm",
@@ -272,18 +265,10 @@ CLASSES = (
           lambda w: w.event.outcome == Outcome.STALE),
     Class("superseded applied", "applied below the newest grant", "harm",
           "write_with_superseded_epoch_applied", lambda w: w.applied and w.superseded),
-    Class("gap", "superseded applied, not a lost update", "harm", None,
-          lambda w: w.applied and w.superseded and not w.below_stored),
     Class("late applied", "applied at or after its lease's expiry", "neither",
           "write_after_lease_expiry_applied", lambda w: w.applied and w.late),
-    Class("late, not superseded", "late applied, no newer grant", "neither", None,
-          lambda w: w.applied and w.late and not w.superseded),
-    Class("replay", "the same epoch and value again", "neither", None,
-          lambda w: w.event.outcome == Outcome.REPLAY),
     Class("conflict", "the same epoch, another value: refused", "neither",
           "conflicting_writes_refused", lambda w: w.event.outcome == Outcome.CONFLICT),
-    Class("late refused, not superseded", "refused after expiry, no newer grant", "neither",
-          None, lambda w: w.event.outcome in _REFUSED and w.late and not w.superseded),
 )
 _COUNTED = ("stale_writes_refused", "conflicting_writes_refused")  # the rest: whether at all
 
@@ -300,7 +285,7 @@ def judge(events: Sequence[Event]) -> dict[str, Any]:
     that every field can be checked by hand.  An applied write by an actor never granted a
     lease, or a lease without its epoch or expiry, is ValueError.
     """
-    fields = [cls.field for cls in CLASSES if cls.field is not None]
+    fields = [cls.field for cls in CLASSES]
     because: dict[str, list[int]] = {field: [] for field in (*fields, "final_value_written_by")}
     expires_at: dict[str, int] = {}  # each actor's latest lease
     newest, stored = 0, None  # the highest epoch granted; the epoch last applied
@@ -315,7 +300,7 @@ def judge(events: Sequence[Event]) -> dict[str, Any]:
                 raise ValueError(f"event {index} {event!r}: a write by an actor with no lease")
             answered = Write(event, newest, stored, expires_at[event.actor])
             for cls, found in zip(CLASSES, classes(answered)):
-                if found and cls.field is not None:
+                if found:
                     because[cls.field].append(index)
             if answered.applied:
                 stored, because["final_value_written_by"] = event.epoch, [index]
@@ -511,7 +496,7 @@ def timeline(record: dict[str, Any]) -> str:
                  f"refused: {verdict['stale_writes_refused']}, conflicting: "
                  f"{verdict['conflicting_writes_refused']}")
     lines.extend(f"  {cls.name}: {cls.says} ({cls.field})" for cls in CLASSES
-                 if cls.field is not None and verdict.get(cls.field) is True)
+                 if verdict[cls.field] is True)
     return "\n".join(lines)
 
 

@@ -5,7 +5,7 @@ retry: the holder's last write sent again), at ticks 0 to T, with one ttl.  A sc
 order of the holders' steps and the tick of each.  Every step is played through
 run_experiment.perform on the real LeaseAuthority and on each receiver of the run (the model's
 fenced and unfenced receivers and AskingReceiver, a contrast; or a reader's own, --receiver),
-and judged by run_experiment.CLASSES.
+and judged by the evidence's classes of write (run_experiment.CLASSES) and four of its own.
 
 The one assumption: a call's answer rests on the file and the call.  So the search plays each
 call once from each content of the file it meets (restoring that content with its own SQL),
@@ -45,15 +45,14 @@ if os.path.dirname(HERE) not in _PATHS:  # leases.py and run_experiment.py, one 
     sys.path.insert(_PATHS.index(HERE) + 1 if HERE in _PATHS else 0,  # just after this one
                     os.path.dirname(HERE))
 
+import run_experiment
 from leases import Lease, LeaseAuthority, LeaseError, Outcome, Receiver, is_live
 from run_experiment import (
-    CLASSES,
     RESOURCE,
     Action,
     Event,
     Step,
     Write,
-    classes,
     judge,
     perform,
     timeline,
@@ -61,7 +60,7 @@ from run_experiment import (
 )
 
 __all__ = [
-    "CHECKS", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "HOLDERS", "RESOURCES",
+    "CHECKS", "CLASSES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "HOLDERS", "RESOURCES",
     "RETRY", "AskingReceiver", "Bound", "Different", "Fresh", "Place", "Record", "Run",
     "Unsupported", "compared", "expected", "explore_steps", "lease_fields", "main", "places",
     "played", "recorded", "replay",
@@ -70,6 +69,46 @@ __all__ = [
 RETRY = "retry"  # a program's word beside run_experiment's actions: the last write again
 HOLDERS = "ABCDEFGH"
 RESOURCES = (RESOURCE, "annual-report")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A class of write in the table: one of the evidence's (run_experiment.CLASSES), or one of
+    the explorer's own, which set them apart.  `kind` is harm, protection or neither."""
+
+    name: str
+    says: str
+    kind: str
+    rule: Callable[[Write], bool]
+
+
+_REFUSED = (Outcome.STALE, Outcome.CONFLICT, "not live")  # "not live": AskingReceiver's refusal
+_EVIDENCE = {cls.name: Column(cls.name, cls.says, cls.kind, cls.rule)
+             for cls in run_experiment.CLASSES}
+CLASSES = (
+    _EVIDENCE["lost update"],
+    _EVIDENCE["stale refused"],
+    _EVIDENCE["superseded applied"],
+    Column("gap", "superseded applied, not a lost update", "harm",
+           lambda w: w.applied and w.superseded and not w.below_stored),
+    _EVIDENCE["late applied"],
+    Column("late, not superseded", "late applied, no newer grant", "neither",
+           lambda w: w.applied and w.late and not w.superseded),
+    Column("replay", "the same epoch and value again", "neither",
+           lambda w: w.event.outcome == Outcome.REPLAY),
+    _EVIDENCE["conflict"],
+    Column("late refused, not superseded", "refused after expiry, no newer grant", "neither",
+           lambda w: w.event.outcome in _REFUSED and w.late and not w.superseded),
+)
+
+
+def classes(write: Write) -> list[bool]:
+    """Whether `write` falls in each of CLASSES, in their order."""
+    return [cls.rule(write) for cls in CLASSES]
+
+
+def _event(data: dict[str, Any]) -> Event:
+    return Event(**{**data, "action": Action(data["action"])})
 
 
 # --- data: a bound, the places answers come from, and the record of a schedule ---
@@ -350,7 +389,7 @@ def judged(record: Record, step: Step, held: Lease | None, run: Run,
     found = []
     if _writes(move) and held is not None:
         for p, (event, pair) in enumerate(zip(run.events, record.stored)):
-            write_ = Write(Event.from_json(_json(event)), record.newest,
+            write_ = Write(_event(_json(event)), record.newest,
                            None if pair is None else pair[0], held.expires_at)
             found += [(p, c) for c, hit in enumerate(classes(write_)) if hit]
     return found, failed, after
@@ -894,7 +933,7 @@ def report(table_: dict[str, Any], seconds: float) -> str:
                  for name in ("unfenced lost update", "fenced stale refused", "fenced gap")
                  if name in table_["witnesses"]]
     for title, receiver, events in shown:
-        answered = [Event.from_json(e) for e in events if not e["outcome"].startswith("raised")]
+        answered = [_event(e) for e in events if not e["outcome"].startswith("raised")]
         try:
             verdict: dict[str, Any] | None = judge(answered)
         except ValueError:  # a broken library's events need not make a verdict

@@ -30,11 +30,11 @@ import statements
 from explore import Bound
 
 from leases import LeaseAuthority
-from run_experiment import CLASSES, Answer
+from run_experiment import Answer
 
 CONNECT = sqlite3.connect  # as a module that imported it by name holds it
 TIMEOUT = 120.0  # bounds a hung run; no test waits for it to pass
-NAMES = [cls.name for cls in CLASSES]
+NAMES = [cls.name for cls in explore.CLASSES]
 SMALL = {
     "takeover": Bound(2, ("acquire", "write"), last_tick=1, ttl=1),
     "three decisions": Bound(2, ("acquire", "write", "write"), last_tick=1, ttl=1),
