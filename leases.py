@@ -146,24 +146,29 @@ class _Database:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
             raise TypeError(f"path must be a str or os.PathLike of a str, got {path!r}")
-        if os.fspath(path) in ("", ":memory:"):  # processes share a file, not a memory
+        name = os.fspath(path)
+        # Processes share a file, not a memory; a NUL byte or a URI names no plain file.
+        if name in ("", ":memory:") or "\0" in name or name.startswith("file:"):
             raise ValueError(f"path must name a file, got {path!r}")
-        self.path = os.fspath(path)
+        self.path = name
         self._lock = threading.Lock()
         try:
-            self._connection: sqlite3.Connection | None = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None,
-                check_same_thread=False)  # the lock, not the thread, orders the calls
+            connection = sqlite3.connect(name, timeout=BUSY_TIMEOUT_SECONDS,
+                                         isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
-            raise LeaseError(f"cannot open database {self.path!r}: {exc}") from exc
+            raise LeaseError(f"cannot open database {name!r}: {exc}") from exc
+        self._connection: sqlite3.Connection | None = connection  # the lock orders its calls
         try:
-            with self._transaction() as connection:
-                made = _make_or_check_tables(connection, self.path)
-            if made:  # outside the transaction, as SQLite requires; once, in the file
-                with self._transaction(write=False) as connection:
-                    connection.execute("PRAGMA journal_mode=WAL")
+            with self._transaction(write=False):
+                found = _schema(connection)
+            if not found:  # a new file: the first of the openers racing makes the tables
+                with self._transaction():
+                    found = _schema(connection) or _make_tables(connection)
+            _check_tables(found, name)
+            with self._transaction(write=False):
+                _ask_for_wal(connection)
         except BaseException:
-            self.close()
+            connection.close()  # no other thread has this object yet: no turn to wait for
             raise
 
     def close(self) -> None:
@@ -205,19 +210,31 @@ class _Database:
                 raise LeaseError(f"database {self.path!r}: {exc}") from exc
 
 
-def _make_or_check_tables(connection: sqlite3.Connection, path: str) -> bool:
-    """Make the model's tables in a database with nothing in it, as a new or empty file is to
-    SQLite (True), or check that they are there as this library makes them (False); a file of
-    anything else is LeaseError, and left as it was."""
-    found = connection.execute("SELECT name, sql FROM sqlite_master").fetchall()  # all kinds
-    if not found:
-        for statement in _TABLES.values():
-            connection.execute(statement)
-        return True
+def _schema(connection: sqlite3.Connection) -> list[tuple[str, str]]:
+    """What the database holds, of every kind: nothing in a new or empty file."""
+    return connection.execute("SELECT name, sql FROM sqlite_master").fetchall()
+
+
+def _make_tables(connection: sqlite3.Connection) -> list[tuple[str, str]]:
+    for statement in _TABLES.values():
+        connection.execute(statement)
+    return list(_TABLES.items())
+
+
+def _check_tables(found: list[tuple[str, str]], path: str) -> None:
+    """A file of anything but this library's tables, as it makes them, is LeaseError."""
     if not set(_TABLES.items()) <= set(found):
         raise LeaseError(f"database {path!r} is not this library's: it lacks the tables "
                          f"{' and '.join(_TABLES)} as this library makes them")
-    return False
+
+
+def _ask_for_wal(connection: sqlite3.Connection) -> None:
+    """Put the file in WAL mode if it is not yet.  SQLite refuses while another connection
+    uses the file (at once, or when the busy timeout passes); then a later opener asks again.
+    No rule depends on the journal mode: BEGIN IMMEDIATE orders writers in every mode."""
+    if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        with contextlib.suppress(sqlite3.OperationalError):  # "database is locked"
+            connection.execute("PRAGMA journal_mode=WAL")
 
 
 # --- the authority ---

@@ -368,7 +368,9 @@ class StorageTests(unittest.TestCase):
         lease = Lease(RESOURCE, "A", 1, 10)
         cases: list[tuple[Callable[[], object], type[Exception], str]] = [
             (lambda: authority.acquire(7, "A", now=0, ttl=1), TypeError, "resource"),
+            (lambda: authority.acquire("", "A", now=0, ttl=1), ValueError, "resource"),
             (lambda: authority.acquire(RESOURCE, "", now=0, ttl=1), ValueError, "holder"),
+            (lambda: authority.acquire(RESOURCE, "\udfff", now=0, ttl=1), ValueError, "holder"),
             (lambda: authority.acquire(RESOURCE, "A", now=-1, ttl=1), ValueError, "now"),
             (lambda: authority.acquire(RESOURCE, "A", now=0, ttl=0), ValueError, "ttl"),
             (lambda: authority.acquire(RESOURCE, "A", now=True, ttl=1), TypeError, "now"),
@@ -382,9 +384,11 @@ class StorageTests(unittest.TestCase):
             (lambda: receiver.write(RESOURCE, 0, "v"), ValueError, "epoch"),
             (lambda: receiver.write(RESOURCE, 1, None), TypeError, "value"),
             (lambda: receiver.write("\ud800", 1, "v"), ValueError, "resource"),
+            (lambda: receiver.write("", 1, "v"), ValueError, "resource"),
             (lambda: authority.renew(lease, now=1, ttl=2**63 - 1), ValueError, "now + ttl"),
             (lambda: Receiver(path, fenced="yes"), TypeError, "fenced"),  # type: ignore[arg-type]
             (lambda: LeaseAuthority(""), ValueError, "path"),
+            (lambda: Receiver("file::memory:"), ValueError, "path"),  # a memory, not a file
             (lambda: LeaseAuthority(3), TypeError, "path"),  # type: ignore[arg-type]
         ]
         for number, (bad_call, error, name) in enumerate(cases):
@@ -435,6 +439,16 @@ class StorageTests(unittest.TestCase):
                                       ("write", path, ((RESOURCE, 1, "other"),), SPAWN.Event(),
                                        go)], go.set)
         self.assertEqual(answers, [("granted", 2), ["conflict"]])
+        # Opened while another connection is about to write: SQLite refuses WAL mode then,
+        # at once.  The open goes on; a later opener asks again.
+        busy = new_path(self, "busy.sqlite3")
+        with contextlib.closing(sqlite3.connect(busy, isolation_level=None)) as writer:
+            for statement in leases._TABLES.values():
+                writer.execute(statement)
+            writer.execute("BEGIN IMMEDIATE")  # the write lock, until the block ends
+            opened(self, LeaseAuthority(busy))
+        with LeaseAuthority(busy) as authority, contextlib.closing(sqlite3.connect(busy)) as peek:
+            self.assertEqual(peek.execute("PRAGMA journal_mode").fetchone(), ("wal",))
 
     def test_errors_are_lease_errors_that_pickle(self) -> None:
         path = new_path(self)
