@@ -17,6 +17,7 @@ import json
 import multiprocessing
 import os
 import queue
+import shutil
 import signal
 import sys
 import tempfile
@@ -67,6 +68,14 @@ class Step:
     ttl: int | None = None  # acquire and renew only
     value: str | None = None  # write only
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.action, Action):
+            raise TypeError(f"action must be an Action, got {self.action!r}")
+        if (self.ttl is None) == (self.action in (Action.ACQUIRE, Action.RENEW)):
+            raise ValueError(f"{self}: a ttl goes with acquire and renew, and only with them")
+        if (self.value is None) == (self.action is Action.WRITE):
+            raise ValueError(f"{self}: a value goes with a write, and only with it")
+
     def __str__(self) -> str:
         return f"{self.actor} {self.action.value} at tick {self.tick}"
 
@@ -80,6 +89,12 @@ class Scenario:
     fenced: bool
     summary: str
     steps: tuple[Step, ...]
+
+    def __post_init__(self) -> None:
+        ticks = [step.tick for step in self.steps]
+        if not ticks or ticks != sorted(ticks):
+            raise ValueError(f"scenario {self.name!r} needs steps whose ticks never go back, "
+                             f"got ticks {ticks}")
 
     @property
     def actors(self) -> tuple[str, ...]:
@@ -325,9 +340,6 @@ class ExperimentError(Exception):
         self.step = step
         self.problem = problem
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.scenario, self.step, self.problem)
-
 
 class _Play(NamedTuple):
     """A scenario under way: its database, one Event per step, each actor's worker and Queue."""
@@ -344,15 +356,26 @@ def run_scenarios(scenarios: Sequence[Scenario] = SCENARIOS, *,
     """Play `scenarios` one after another and return the evidence document.
 
     Every worker is started first, so that their interpreters start together.  However this
-    ends (ExperimentError, Ctrl-C), every worker is stopped and the temporary folder removed.
+    ends (ExperimentError, Ctrl-C), every worker is stopped and the temporary folder removed;
+    a Ctrl-C meanwhile waits until both are done.
     """
     context = multiprocessing.get_context("spawn")
     bound = timeout * (sum(len(s.steps) for s in scenarios) + 1)  # a worker's longest wait
-    with tempfile.TemporaryDirectory(prefix="leases-experiment-") as folder, \
-            contextlib.ExitStack() as workers:
+    workers: list[BaseProcess] = []
+    folder = None
+    try:
+        folder = tempfile.mkdtemp(prefix="leases-experiment-")
         plays = [_start(scenario, os.path.join(folder, f"{number}.sqlite3"), context, bound,
                         workers) for number, scenario in enumerate(scenarios)]
         return {"scenarios": [_play(play, timeout) for play in plays]}
+    finally:
+        with _ctrl_c_held():
+            for worker in workers:
+                if worker.is_alive():
+                    worker.kill()
+                worker.join(DEFAULT_TIMEOUT)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _play(play: _Play, timeout: float) -> dict[str, Any]:
@@ -390,7 +413,7 @@ def _report(reports: "Queue[tuple[Event | None, str | None]]", worker: "BaseProc
 
 
 def _start(scenario: Scenario, db_path: str, context: Any, bound: float,
-           workers: contextlib.ExitStack) -> _Play:
+           workers: list["BaseProcess"]) -> _Play:
     """Start a worker per actor, each waiting for its first step's Event."""
     released = [context.Event() for _ in scenario.steps]
     play = _Play(scenario, db_path, released, {}, {})
@@ -399,14 +422,11 @@ def _start(scenario: Scenario, db_path: str, context: Any, bound: float,
         play.reports[actor] = context.Queue()
         worker = context.Process(target=_work, name=f"{scenario.name}:{actor}", args=(
             db_path, scenario.fenced, script, released, play.reports[actor], bound))
-        workers.callback(_stop, worker)
-        # Started with Ctrl-C blocked, so that it cannot land while the worker is still
-        # importing; the worker then ignores it (the engine stops the workers).
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
+        workers.append(worker)
+        # Started with Ctrl-C held, which it inherits, so that none lands while it imports;
+        # then it ignores Ctrl-C: the engine stops the workers.
+        with _ctrl_c_held():
             worker.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         play.workers[actor] = worker
     return play
 
@@ -437,10 +457,14 @@ def _work(db_path: str, fenced: bool, script: list[tuple[int, Step]],
     os._exit(0)
 
 
-def _stop(worker: "BaseProcess") -> None:
-    if worker.is_alive():
-        worker.kill()
-    worker.join(DEFAULT_TIMEOUT)
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """A Ctrl-C during the block waits until the block ends, then raises as usual."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _record(play: _Play, events: list[Event]) -> dict[str, Any]:
@@ -538,10 +562,11 @@ _EXIT_CODES = f"""exit codes:
   0    the run reproduced EXPECTED, or there was nothing to compare
   1    the run differs from EXPECTED: the first {_SHOWN} differing JSON paths, verdicts first
        (--output is still written)
-  2    bad arguments, or a file that cannot be read or written: one line on stderr
+  2    bad arguments, or a file that cannot be read or written (--output must be a regular
+       file, or none yet): one line on stderr
   3    a scenario failed or hung: the scenario and the step are named
   130  stopped by Ctrl-C: every worker stopped, the temporary folder removed, --output
-       untouched
+       untouched (once the run is over, Ctrl-C is ignored: its result stands)
 
 examples:
   python3 run_experiment.py --check results.json --output reproduced.json
@@ -568,16 +593,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", metavar="PATH", help="write the evidence to this file, "
                         "whole or not at all (default: stdout, unless --check is given)")
     args = parser.parse_args(argv)
+    previous = signal.getsignal(signal.SIGINT)
     try:
         expected = None if args.check is None else _read_json(args.check)
-        if args.output is not None:
-            _check_folder(args.output)
+        output = None if args.output is None else _output_file(args.output)
         document = run_scenarios()
-        text = canonical_json(document)
-        if args.output is not None:
-            _write_whole(args.output, text)
-        elif args.check is None:
-            sys.stdout.write(text)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run is over: its result stands
+        return _conclude(document, expected, args.check, output)
     except _Unusable as exc:
         print(f"run_experiment.py: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -588,16 +610,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("run_experiment.py: stopped by Ctrl-C; every worker stopped, the temporary "
               "folder removed, --output untouched", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _conclude(document: dict[str, Any], expected: object, check: str | None,
+              output: str | None) -> int:
+    """Write the evidence, show each scenario's timeline, and compare: the exit code."""
+    text = canonical_json(document)
+    if output is not None:
+        _write_whole(output, text)
+    elif check is None:
+        sys.stdout.write(text)
     for record in document["scenarios"]:
         print(timeline(record), file=sys.stderr)
-    if args.check is None:
+    if check is None:
         return EXIT_OK
     found = sorted(differences(expected, json.loads(text)), key=_verdicts_first)
     if not found:
-        print(f"reproduced: this run matches {args.check!r} "
-              f"({len(document['scenarios'])} scenarios)")
+        print(f"reproduced: this run matches {check!r} ({len(document['scenarios'])} scenarios)")
         return EXIT_OK
-    print(f"differs: this run does not match {args.check!r} at {len(found)} JSON path(s):")
+    print(f"differs: this run does not match {check!r} at {len(found)} JSON path(s):")
     for path, want, got in found[:_SHOWN]:
         print(f"  {path}: expected {_shown(want)}, got {_shown(got)}")
     if len(found) > _SHOWN:
@@ -625,12 +658,20 @@ def _read_json(path: str) -> object:
         raise _Unusable(f"{path!r} is not JSON: {exc}") from None
 
 
-def _check_folder(path: str) -> None:
-    """Refuse, before the run, an --output whose folder is missing or read-only."""
-    folder = os.path.dirname(path) or "."
+def _output_file(path: str) -> str:
+    """The file --output names, through symbolic links, checked before the run: a regular
+    file or none yet, in a folder this user can write to."""
+    try:
+        target = os.path.realpath(path)
+    except ValueError as exc:  # a NUL byte
+        raise _Unusable(f"cannot write {path!r}: {exc}") from None
+    if os.path.exists(target) and not os.path.isfile(target):
+        raise _Unusable(f"cannot write {path!r}: not a regular file")
+    folder = os.path.dirname(target)
     if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
         raise _Unusable(f"cannot write {path!r}: {folder!r} is not a folder this user can "
                         "write to")
+    return target
 
 
 def _write_whole(path: str, text: str) -> None:
@@ -649,4 +690,6 @@ def _write_whole(path: str, text: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the result is out: a Ctrl-C is too late
+    sys.exit(status)

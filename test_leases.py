@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import signal
 import sqlite3
 import sys
 import tempfile
@@ -465,8 +466,6 @@ class StorageTests(unittest.TestCase):
             (LeaseHeld(lease), {"lease": lease}),
             (LeaseLost(lease, current, "superseded"),
              {"lease": lease, "current": current, "reason": "superseded"}),
-            (ExperimentError("gap", "step 2", "hung"),
-             {"scenario": "gap", "step": "step 2", "problem": "hung"}),
         ]
         for error, attributes in cases:
             with self.subTest(type(error).__name__):
@@ -558,6 +557,7 @@ class CommandLineTests(unittest.TestCase):
         for name, argv in [("a missing file", ("--check", os.path.join(folder, "none.json"))),
                            ("a file that is not JSON", ("--check", __file__)),
                            ("no folder to write to", ("--output", os.path.join(folder, "no", "x"))),
+                           ("a folder as --output", ("--output", folder)),
                            ("an unknown option", ("--chek", results))]:
             with self.subTest(f"2: {name}, in one line"):
                 code, stdout, stderr = run(*argv)
@@ -565,6 +565,9 @@ class CommandLineTests(unittest.TestCase):
         with self.subTest("3: a scenario that fails, named with its step"):
             broken = Scenario("broken", True, "no tick after the last",
                               (Step("A", Action.ACQUIRE, tick=2**63 - 1, ttl=1),))
+            with self.assertRaises(ValueError):  # checked when made: ticks never go back
+                Scenario("back", True, "", (Step("A", Action.ACQUIRE, 1, ttl=1),
+                                            Step("A", Action.RELEASE, 0)))
             with self.assertRaises(ExperimentError) as failed:
                 run_scenarios([broken])
             self.assertEqual((failed.exception.scenario, failed.exception.step),
@@ -578,6 +581,23 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual((code, stderr.count("\n")), (130, 1))
             self.assertEqual(multiprocessing.active_children(), [])
             self.assertEqual(sorted(os.listdir(folder)), ["changed.json", "out.json"])
+        with open(results, encoding="utf-8") as file:
+            played = mock.patch.object(run_experiment, "run_scenarios", return_value=json.load(file))
+        with self.subTest("2: a write that fails leaves --output as it was"), played, \
+                mock.patch.object(os, "replace", side_effect=OSError(28, "No space left")):
+            self.assertEqual(run("--output", changed)[0], 2)
+            with open(changed, encoding="utf-8") as file:
+                self.assertEqual(json.load(file), document)
+            self.assertEqual(sorted(os.listdir(folder)), ["changed.json", "out.json"])
+        with self.subTest("0: a Ctrl-C once the run is over changes nothing"), played:
+            conclude = run_experiment._conclude
+
+            def interrupted(*args: Any) -> int:
+                os.kill(os.getpid(), signal.SIGINT)  # as if typed at this moment
+                return conclude(*args)
+
+            with mock.patch.object(run_experiment, "_conclude", interrupted):
+                self.assertEqual(run("--check", results)[0], 0)
 
 
 if __name__ == "__main__":
