@@ -45,8 +45,9 @@ if os.path.dirname(HERE) not in _PATHS:  # leases.py and run_experiment.py, one 
     sys.path.insert(_PATHS.index(HERE) + 1 if HERE in _PATHS else 0,  # just after this one
                     os.path.dirname(HERE))
 
+import leases
 import run_experiment
-from leases import Lease, LeaseAuthority, LeaseError, Outcome, Receiver, is_live
+from leases import Lease, LeaseAuthority, LeaseError, Outcome, Receiver
 from run_experiment import (
     RESOURCE,
     Action,
@@ -61,9 +62,9 @@ from run_experiment import (
 
 __all__ = [
     "CHECKS", "CLASSES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "HOLDERS", "RESOURCES",
-    "RETRY", "AskingReceiver", "Bound", "Different", "Fresh", "Place", "Record", "Run",
-    "Unsupported", "compared", "expected", "explore_steps", "lease_fields", "main", "places",
-    "played", "recorded", "replay",
+    "RETRY", "AskingReceiver", "Bound", "Different", "Fresh", "Place", "Raised", "Record", "Run",
+    "Unsupported", "closed", "compared", "expected", "explore_steps", "guarded", "lease_fields",
+    "main", "opened", "places", "played", "recorded", "replay",
 ]
 
 RETRY = "retry"  # a program's word beside run_experiment's actions: the last write again
@@ -171,12 +172,21 @@ class Place:
     spec: str  # "fenced", "unfenced", "asking", or a reader's "MODULE:NAME"
     rules: str
 
+    @property
+    def who(self) -> str:
+        """Who raised, if its code does: the library, or the reader's receiver."""
+        return ("the library" if self.spec in ("fenced", "unfenced") else "AskingReceiver"
+                if self.spec == "asking" else f"the receiver given with --receiver {self.spec!r}")
+
     def make(self, path: str) -> Any:
+        """A receiver of this place on `path`; Raised, naming whose code, if making it raises."""
         if self.spec in ("fenced", "unfenced"):
-            return Receiver(path, fenced=self.spec == "fenced")
+            return guarded(self.who, "Receiver(path)", Receiver, path,
+                            fenced=self.spec == "fenced")
         if self.spec == "asking":
-            return AskingReceiver(path)
-        return Yours(load(self.spec), path)
+            return guarded(self.who, "AskingReceiver(path)", AskingReceiver, path)
+        return Yours(guarded(self.who, f"{self.spec.rpartition(':')[2]}(path)",
+                              load(self.spec), path))
 
 
 def places(receiver: str | None = None) -> tuple[Place, ...]:
@@ -199,7 +209,11 @@ def load(spec: str) -> Callable[[str], Any]:
     for folder in (HERE, os.getcwd()):
         if folder not in sys.path:
             sys.path.append(folder)
-    found = getattr(importlib.import_module(module), name, None)
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except Exception as exc:  # noqa: BLE001 - a module that raises, or will not compile
+        raise Unsupported(f"--receiver {spec!r}: importing {module!r} raised "
+                          f"{type(exc).__name__}: {exc}") from None
     if found is None:
         raise ImportError(f"--receiver {spec!r}: {module!r} has no class {name!r}")
     if not callable(found):
@@ -233,6 +247,32 @@ class Unsupported(Exception):
     """What the explorer cannot do with this library or receiver: a usage error, exit 2."""
 
 
+class Raised(Exception):
+    """The library, or a reader's receiver, raised where the contract has no error (making
+    or closing an object): a check failed, exit 1."""
+
+
+def opened(path: str, receivers: Sequence[Place]) -> list[Any]:
+    """A holder's objects on `path`: the authority, then a receiver of each place."""
+    return [guarded("the library", "LeaseAuthority(path)", LeaseAuthority, path),
+            *(place.make(path) for place in receivers)]
+
+
+def closed(objects: Sequence[Any], receivers: Sequence[Place]) -> None:
+    """Close what `opened` gave."""
+    for who, store in zip(("the library", *(place.who for place in receivers)), objects):
+        guarded(who, "close()", store.close)
+
+
+def guarded(who: str, call: str, function: Callable[..., Any], *args: Any,
+            **kwargs: Any) -> Any:
+    """function(*args, **kwargs), its exception Raised, naming `who` raised it in `call`."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the code under test's failure, in one line
+        raise Raised(f"{who} raised {type(exc).__name__} in {call}: {exc}") from None
+
+
 class Different(Exception):
     """A call answered otherwise played whole from a fresh start than in the search: its
     answer rests on more than the file and the call."""
@@ -254,12 +294,18 @@ Schedule = tuple[tuple[int, int], ...]  # (holder, tick) of each step
 # --- rules: what the contract answers, and the checks of each step ---
 
 
+def _live(expires_at: int, now: int) -> bool:
+    """The contract's expiry rule, stated here, not borrowed from the code under test: a
+    lease is live before its expiry tick, and expired at it."""
+    return now < expires_at
+
+
 def expected(record: Record, step: Step, held: Lease | None, rules: Sequence[str],
              resource: str) -> tuple[list[tuple[Any, ...]], tuple[Any, ...] | None]:
     """What the contract says `step` answers at each place (outcome, epoch, expires_at,
     value, stored pair), and the lease its holder keeps: from the record alone."""
     row, tick, action = record.row, step.tick, step.action
-    live = row is not None and row[0] is not None and is_live(row[2], now=tick)
+    live = row is not None and row[0] is not None and _live(row[2], tick)
     mine = row is not None and held is not None and (row[0], row[1]) == (step.actor, held.epoch)
     keep, none = lease_fields(held), (None, None, None)
     if action is Action.ACQUIRE and live:
@@ -315,7 +361,7 @@ def epochs_increase(move: Move) -> list[str]:
 def one_live_lease(move: Move) -> list[str]:
     """Two holders keep leases live at this tick."""
     leases = [lease for lease in (move.run.kept, *move.others) if lease is not None]
-    return ["authority"] if sum(is_live(lease[3], now=move.step.tick)
+    return ["authority"] if sum(_live(lease[3], move.step.tick)
                                 for lease in leases) > 1 else []
 
 
@@ -434,8 +480,8 @@ class AskingReceiver:
                                      " WHERE resource = ?", (resource,)).fetchone()
             stored = connection.execute("SELECT epoch, value FROM asking WHERE resource = ?",
                                         (resource,)).fetchone()
-            if row is not None and row[0] is not None and is_live(row[2], now=now) and (
-                    epoch == row[1]):
+            if row is not None and row[0] is not None and epoch == row[1] and (
+                    leases.is_live(row[2], now=now)):  # a receiver under study: the library's
                 outcome, stored = "applied", (epoch, value)
                 connection.execute("INSERT OR REPLACE INTO asking VALUES (?, ?, ?)",
                                    (resource, epoch, value))
@@ -454,14 +500,15 @@ class Yours:
     (an Outcome or its text) as a result run_experiment.write reads, with no stored pair; its
     read(resource), if it has one, as (epoch, value) or None."""
 
-    def __init__(self, made: Callable[[str], Any], path: str) -> None:
-        self.receiver = made(path)
+    def __init__(self, receiver: Any) -> None:
+        self.receiver = receiver
 
     def close(self) -> None:
         getattr(self.receiver, "close", lambda: None)()
 
     def write(self, resource: str, epoch: int, value: str) -> Any:
         said = self.receiver.write(resource, epoch, value)
+        said = getattr(said, "outcome", said)  # a WriteResult, as the library's Receiver's
         outcome = Outcome(getattr(said, "value", said))  # ValueError if it is no Outcome
         return _Result(outcome, resource, epoch, value, None, None)
 
@@ -545,12 +592,11 @@ class _File:
         self.here = self._intern(self._read())
 
     def _open(self) -> list[Any]:
-        return [LeaseAuthority(self.path), *(place.make(self.path) for place in self.places)]
+        return opened(self.path, self.places)
 
     def close(self) -> None:
-        for store in self.objects:
-            store.close()
         self.raw.close()
+        closed(self.objects, self.places)
 
     def play(self, at: int, step: Step, held: Lease | None, resource: str) -> tuple[Run, int]:
         """Play `step` from the content `at`: what it did, and the content it left."""
@@ -562,8 +608,7 @@ class _File:
             content = self._read()
         except sqlite3.OperationalError:  # locked: a transaction left open
             left = True
-            for store in self.objects:
-                store.close()
+            closed(self.objects, self.places)
             self.objects = self._open()
             content = self._read()
         self.here = self._intern(content)
@@ -740,17 +785,23 @@ def _walk(bound: Bound, play: Player, rules: tuple[str, ...],
 
 class Fresh:
     """A schedule played whole in a new process of its own (spawned: it imports the library
-    afresh), started at once; `result()` waits for its steps."""
+    afresh), started at once; `result()` waits for its steps, or raises what it raised.  Its
+    files are in a folder of the caller's, removed once the process is stopped."""
 
     def __init__(self, function: Callable[..., Any], args: tuple[Any, ...],
                  cleanup: contextlib.ExitStack) -> None:
+        folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="explore-replay-"))
         context = multiprocessing.get_context("spawn")
         self.answers, sender = context.Pipe(duplex=False)
-        self.process = context.Process(target=_answered, args=(sender, function, *args),
-                                       daemon=True)
-        self.process.start()
+        self.process = context.Process(target=_answered, args=(
+            sender, folder, function, *args), daemon=True)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:  # started with Ctrl-C blocked, so that it cannot land while the child imports
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         sender.close()
-        cleanup.callback(self._stop)
+        cleanup.callback(self._stop)  # before the folder is removed
 
     def result(self) -> Any:
         if not self.answers.poll(REPLAY_SECONDS):  # bounds a hang; no answer waits for it
@@ -761,6 +812,8 @@ class Fresh:
             self.process.join(REPLAY_SECONDS)
             raise Unsupported(f"a replay's process ended (exit code {self.process.exitcode}) "
                               "before it answered; its error is above") from None
+        if isinstance(steps, Exception):
+            raise steps
         return steps
 
     def _stop(self) -> None:
@@ -773,9 +826,14 @@ class Fresh:
 REPLAY_SECONDS = 120.0
 
 
-def _answered(sender: Any, function: Callable[..., Any], *args: Any) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the explorer's to handle
-    sender.send(function(*args))
+def _answered(sender: Any, folder: str, function: Callable[..., Any], *args: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the explorer's: it stops us
+    tempfile.tempdir = folder  # the parent's folder: it removes what a killed child leaves
+    try:
+        answer = function(*args)
+    except (Raised, Unsupported, Different) as exc:  # raised by the parent, in one line
+        answer = exc
+    sender.send(answer)
     sender.close()
 
 
@@ -801,7 +859,7 @@ class _Whole:
         self.raw = sqlite3.connect(path, isolation_level=None, timeout=0)
 
     def _open(self) -> list[Any]:
-        return [LeaseAuthority(self.path), *(place.make(self.path) for place in self.receivers)]
+        return opened(self.path, self.receivers)
 
     def play(self, h: int, content: int, step: Step, held: Lease | None,
              resource: str) -> tuple[Run, int]:
@@ -810,16 +868,15 @@ class _Whole:
             self.raw.execute("BEGIN IMMEDIATE")
             self.raw.execute("COMMIT")
         except sqlite3.OperationalError:
-            for store in self.objects[h]:
-                store.close()
+            closed(self.objects[h], self.receivers)
             self.objects[h] = self._open()
             return Run(lease_fields(kept), events, True), content
         return Run(lease_fields(kept), events, False), content
 
     def close(self) -> None:
         self.raw.close()
-        for store in (store for own in self.objects for store in own):
-            store.close()
+        for own in self.objects:
+            closed(own, self.receivers)
 
 
 def _same(bound: Bound, schedule: Schedule, searched: list[tuple[Run, list[Any]]],
@@ -878,7 +935,8 @@ def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[An
                                                        for run, _ in steps]
                  for f, steps in found.items() if f[0] == "class"}
     failures = {}
-    for (_, check, place), steps in sorted(found.items(), key=lambda item: str(item[0])):
+    for (_, check, place), steps in sorted(found.items(), key=lambda item: (  # the library
+            str(item[0][:2]), item[0][2] != "authority", str(item[0]))):  # first, if it failed
         if _ != "failed" or check in failures:
             continue
         column = 0 if place == "authority" else int(place)
@@ -951,8 +1009,10 @@ _EPILOG = f"""\
 exit codes:
   {EXIT_OK}    every check held
   {EXIT_FAILED}    a check failed, or an answer rests on more than the file and the call
-       (the schedule and the call are named; a failure shown failed again from a fresh start)
-  {EXIT_USAGE}    bad arguments, or a receiver or file that cannot be used (one line)
+       (the schedule and the call are named; a failure shown failed again from a fresh start),
+       or the library or --receiver raised as it was made or closed (one line, naming it)
+  {EXIT_USAGE}    bad arguments, or a receiver or file that cannot be used (one line),
+       a --receiver module that raises or will not compile as it is imported included
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
 
 examples:
@@ -987,8 +1047,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="1 or 2: with 2, A acquires the first, B the second, C the first")
     parser.add_argument("--receiver", metavar="MODULE:NAME",
                         help="explore your receiver: NAME(path) with write(resource, epoch, "
-                        "value) answering an Outcome or its text; close() and read(resource) "
-                        "if it has them")
+                        "value) answering an Outcome, its text, or a result with .outcome; "
+                        "close() and read(resource) if it has them")
     parser.add_argument("--sample", type=int, default=8, metavar="N",
                         help="step mode: passing schedules played again from a fresh start "
                         "(default 8)")
@@ -1023,8 +1083,8 @@ def _main(args: argparse.Namespace) -> int:
             result = explore_steps(bound, receivers, sample=args.sample, seed=args.seed)
             text = report(result, time.monotonic() - started)
             ok = not any(result["violations"].values())
-    except Different as exc:
-        print(f"explore: {exc}")
+    except (Different, Raised) as exc:  # the code under test's failure, not the explorer's
+        print(f"explore: {exc}", file=sys.stderr)
         return EXIT_FAILED
     print(text)
     return EXIT_OK if ok else EXIT_FAILED

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import explore
 from explore import HOLDERS, Bound, Place, Record, Run, expected, played, recorded
 
-from leases import Lease, LeaseAuthority
+from leases import Lease
 
 __all__ = ["BOUND", "VERDICTS", "Call", "Interleaving", "explore_statements", "play", "report"]
 
@@ -239,7 +239,7 @@ class _Worker:
             while (order := self.go.get()) is not None:
                 step, held, resource = order
                 if not self.objects:  # a new process opens the file, not interleaved
-                    self.objects = [LeaseAuthority(self.path), self.place.make(self.path)]
+                    self.objects = explore.opened(self.path, (self.place,))
                     if len(self.connections) < len(self.objects):
                         raise explore.Unsupported(
                             f"{self.place.spec!r} opened no connection through sqlite3.connect "
@@ -414,7 +414,8 @@ class _Scheduler:
             self.failed.append("liveness")
             self.said.append(f"  {actor} returned with a transaction open")
         self.calls.append(Call(h, step, held, run, committed, start, self.taken))
-        self.said.append(f"  {actor} {run.events[0][3]}")
+        self.said.append(f"  {actor} {run.events[0][3]}" + f" epoch {run.events[0][4]}" * (
+            run.events[0][3] in ("granted", "renewed")))
         if h in self.retrying:  # the step taken again by a new process
             self.crashed = f"{self.retrying.pop(h)}: {run.events[0][3]}"
         self.positions[h] += 1
@@ -436,7 +437,7 @@ class _Scheduler:
             return tuple(held)
         finally:
             connection.close()
-            reader.close()
+            explore.guarded(self.place.who, "close()", reader.close)
 
 
 # --- the search: every interleaving, by its choices ---

@@ -10,6 +10,7 @@ import contextlib
 import io
 import itertools
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -170,6 +171,17 @@ class OwnConnect(examples.ReadmeFence):
                                 " epoch INTEGER NOT NULL, value TEXT NOT NULL)")
 
 
+class InitRaises(examples.ReadmeFence):
+    def __init__(self, path: str) -> None:
+        raise RuntimeError("no fence today")
+
+
+class CloseRaises(examples.ReadmeFence):
+    def close(self) -> None:
+        super().close()
+        raise RuntimeError("cannot close")
+
+
 # --- scratch copies: the library broken on purpose, the explorer run on it ---
 
 
@@ -232,6 +244,7 @@ SPLIT_GRANT = (("            lease = Lease(resource, holder, row.epoch + 1 if ro
                "            connection.execute('BEGIN IMMEDIATE')\n"))
 FENCE_GREATER_OR_EQUAL = ("if stored is None or epoch > stored[0]:",
                           "if stored is None or epoch >= stored[0]:")
+LIVE_AT_EXPIRY = ("    return now < expires_at", "    return now <= expires_at")
 GRANT_OVER_A_LIVE_LEASE = ("            if held:\n                raise LeaseHeld(held)\n", "")
 OBJECT_MEMO = ("        _check_text(\"resource\", resource)\n        _check_int(\"epoch\"",
                ("        memo = self.__dict__.setdefault('memo', {})\n"
@@ -330,6 +343,14 @@ class BreakageTests(unittest.TestCase):
         self.assertIn("checks failed: one live lease, model", done.stdout)
         self.assertIn("failing again played whole from a fresh start", done.stdout)
 
+    def test_a_lease_live_at_its_expiry_tick_fails_the_model_whose_rule_is_its_own(
+            self) -> None:
+        done = run(scratch(self, *LIVE_AT_EXPIRY), "--program", "acquire", "renew",
+                   "--last-tick", "1", "--ttl", "1")
+        self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
+        self.assertIn("checks failed: model", done.stdout)
+        self.assertIn("tick  1  A  renew    epoch 1   renewed", done.stdout)
+
     def test_a_fence_that_applies_an_equal_epoch_fails_where_a_holder_retries(self) -> None:
         folder = scratch(self, *FENCE_GREATER_OR_EQUAL)
         self.assertEqual(run(folder, "--program", "acquire", "write", "--last-tick",
@@ -342,9 +363,9 @@ class BreakageTests(unittest.TestCase):
         done = run(scratch(self, *OBJECT_MEMO), "--program", "acquire", "write", "write",
                    "--last-tick", "1", "--ttl", "1")
         self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
-        self.assertRegex(done.stdout, r"explore: the schedule .*: step \d+ \(. write at tick "
-                         r"\d\) answered .* rests on more than the file and the call")
-        self.assertEqual(done.stderr, "")
+        self.assertRegex(done.stderr, r"^explore: the schedule .*: step \d+ \(. write at tick "
+                         r"\d\) answered .* rests on more than the file and the call\n$")
+        self.assertEqual(done.stdout, "")
 
     def test_a_module_cache_is_named_so_in_the_statement_mode_not_the_explorers_failure(
             self) -> None:
@@ -353,7 +374,7 @@ class BreakageTests(unittest.TestCase):
             file.write("\n_CACHE: dict[str, Any] = {}\n")
         done = run(folder, "--statements")
         self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
-        self.assertIn("rests on more than the file and the call", done.stdout)
+        self.assertIn("rests on more than the file and the call", done.stderr)
 
     def test_each_begin_immediate_mistake_gives_a_double_grant_or_only_a_lock_error(
             self) -> None:
@@ -420,6 +441,29 @@ class OwnFenceTests(unittest.TestCase):
                                         ("write", "applied")])
         table_ = statements.explore_statements(statements.BOUND, yours[0])
         self.assertEqual(table_["failed"]["safety"], 1)
+
+    def test_the_librarys_own_receiver_answering_a_write_result_passes(self) -> None:
+        yours = explore.places("leases:Receiver")
+        found = explore.explore_steps(SMALL["takeover"], yours, sample=0)
+        self.assertEqual(set(found["violations"].values()), {0})
+
+    def test_a_library_or_receiver_raising_as_it_is_made_or_closed_is_exit_1_in_one_line(
+            self) -> None:
+        broken = scratch(self, "        self._lock = threading.Lock()\n",
+                         "        self._lock = threading.Lock()\n        self.path.nothing\n")
+        yours = "the receiver given with --receiver 'test_explore:{}' raised RuntimeError in {}"
+        for folder, said, args in [
+            (broken, "the library raised AttributeError in LeaseAuthority(path)", []),
+            (ROOT, yours.format("InitRaises", "InitRaises(path): no fence today"),
+             ["--receiver", "test_explore:InitRaises"]),
+            (ROOT, yours.format("CloseRaises", "close(): cannot close"),
+             ["--receiver", "test_explore:CloseRaises"]),
+        ]:
+            for mode in ([], ["--statements"]):
+                with self.subTest(said=said, mode=mode):
+                    done = run(folder, *mode, *args, "--program", "acquire", "write")
+                    self.assertEqual((done.returncode, done.stdout), (explore.EXIT_FAILED, ""))
+                    self.assertRegex(done.stderr, rf"^explore: {re.escape(said)}.*\n$")
 
     def test_a_read_before_the_transaction_passes_the_step_mode_and_fails_at_a_takeover(
             self) -> None:
