@@ -263,34 +263,28 @@ class Write(NamedTuple):
 
 @dataclass(frozen=True)
 class Class:
-    """A class of write: its name, what it is in README's words, whether it is harm,
-    protection or neither, the verdict field of results.json that counts it, and its rule."""
+    """A class of write: its name, what it is in README's words, the verdict field of
+    results.json that counts it, and its rule."""
 
     name: str
     says: str
-    kind: str
     field: str
     rule: Callable[[Write], bool]
 
 
 CLASSES = (
-    Class("lost update", "a lower epoch applied over a higher one", "harm",
+    Class("lost update", "a lower epoch applied over a higher one",
           "newer_write_overwritten_by_older_epoch", lambda w: w.applied and w.below_stored),
-    Class("stale refused", "a lower epoch refused", "protection", "stale_writes_refused",
+    Class("stale refused", "a lower epoch refused", "stale_writes_refused",
           lambda w: w.event.outcome == Outcome.STALE),
-    Class("superseded applied", "applied below the newest grant", "harm",
+    Class("superseded applied", "applied below the newest grant",
           "write_with_superseded_epoch_applied", lambda w: w.applied and w.superseded),
-    Class("late applied", "applied at or after its lease's expiry", "neither",
+    Class("late applied", "applied at or after its lease's expiry",
           "write_after_lease_expiry_applied", lambda w: w.applied and w.late),
-    Class("conflict", "the same epoch, another value: refused", "neither",
+    Class("conflict", "the same epoch, another value: refused",
           "conflicting_writes_refused", lambda w: w.event.outcome == Outcome.CONFLICT),
 )
 _COUNTED = ("stale_writes_refused", "conflicting_writes_refused")  # the rest: whether at all
-
-
-def classes(write: Write) -> list[bool]:
-    """Whether `write` falls in each of CLASSES, in their order."""
-    return [cls.rule(write) for cls in CLASSES]
 
 
 def judge(events: Sequence[Event]) -> dict[str, Any]:
@@ -314,8 +308,8 @@ def judge(events: Sequence[Event]) -> dict[str, Any]:
             if event.actor not in expires_at:
                 raise ValueError(f"event {index} {event!r}: a write by an actor with no lease")
             answered = Write(event, newest, stored, expires_at[event.actor])
-            for cls, found in zip(CLASSES, classes(answered)):
-                if found:
+            for cls in CLASSES:
+                if cls.rule(answered):
                     because[cls.field].append(index)
             if answered.applied:
                 stored, because["final_value_written_by"] = event.epoch, [index]

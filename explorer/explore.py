@@ -84,7 +84,9 @@ class Column:
 
 
 _REFUSED = (Outcome.STALE, Outcome.CONFLICT, "not live")  # "not live": AskingReceiver's refusal
-_EVIDENCE = {cls.name: Column(cls.name, cls.says, cls.kind, cls.rule)
+_KINDS = {"lost update": "harm", "stale refused": "protection", "superseded applied": "harm",
+          "late applied": "neither", "conflict": "neither"}
+_EVIDENCE = {cls.name: Column(cls.name, cls.says, _KINDS[cls.name], cls.rule)
              for cls in run_experiment.CLASSES}
 CLASSES = (
     _EVIDENCE["lost update"],
