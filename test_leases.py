@@ -519,36 +519,46 @@ class ScenarioTests(unittest.TestCase):
 # --- the command line ---
 
 
+def command_line(*argv: str) -> tuple[int, str, str]:
+    """run_experiment's command line, in this process: its exit code, stdout and stderr."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            code = run_experiment.main(list(argv))
+        except SystemExit as stop:  # argparse's way out
+            code = stop.code  # type: ignore[assignment]
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
 class CommandLineTests(unittest.TestCase):
     def test_check_reproduces_the_evidence_and_names_each_failure(self) -> None:
         folder = os.path.dirname(new_path(self))
         results, output = os.path.join(HERE, "results.json"), os.path.join(folder, "out.json")
-
-        def run(*argv: str) -> tuple[int, str, str]:
-            stdout, stderr = io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-                try:
-                    code = run_experiment.main(list(argv))
-                except SystemExit as stop:  # argparse's way out
-                    code = stop.code  # type: ignore[assignment]
-            return code, stdout.getvalue(), stderr.getvalue()
-
+        with open(results, encoding="utf-8") as file:
+            evidence = json.load(file)
+        played = mock.patch.object(run_experiment, "run_scenarios", return_value=evidence)
         with self.subTest("0: reproduced, and --output is the evidence byte for byte"):
-            code, stdout, _ = run("--check", results, "--output", output)
+            code, stdout, _ = command_line("--check", results, "--output", output)
             self.assertEqual((code, stdout.split(":")[0]), (0, "reproduced"))
             with open(output, "rb") as made, open(results, "rb") as committed:
                 self.assertEqual(made.read(), committed.read())
+        with self.subTest("0: a Ctrl-C once the run is over changes nothing"), played:
+            conclude = run_experiment._conclude
+
+            def interrupted(*args: Any) -> int:
+                os.kill(os.getpid(), signal.SIGINT)  # as if typed at this moment
+                return conclude(*args)
+
+            with mock.patch.object(run_experiment, "_conclude", interrupted):
+                self.assertEqual(command_line("--check", results)[0], 0)
         with self.subTest("1: each difference named by its JSON path, conclusions first"):
-            changed = os.path.join(folder, "changed.json")
-            with open(results, encoding="utf-8") as file:
-                document = json.load(file)
-            first = document["scenarios"][0]
-            first["events"][0]["tick"] = 5
-            first["verdict"]["newer_write_overwritten_by_older_epoch"] = 1  # JSON's 1 is not true
-            document["scenarios"][1]["final"]["epoch"] = 1
-            with open(changed, "w", encoding="utf-8") as file:
-                json.dump(document, file)
-            code, stdout, _ = run("--check", changed)
+            changed = json.loads(json.dumps(evidence))
+            changed["scenarios"][0]["events"][0]["tick"] = 5
+            changed["scenarios"][0]["verdict"]["newer_write_overwritten_by_older_epoch"] = 1
+            changed["scenarios"][1]["final"]["epoch"] = 1  # and JSON's 1 is not true, above
+            with open(output, "w", encoding="utf-8") as file:
+                json.dump(changed, file)
+            code, stdout, _ = command_line("--check", output)
             self.assertEqual((code, stdout.splitlines()[1:]), (1, [
                 ("  $.scenarios[0].verdict.newer_write_overwritten_by_older_epoch: expected 1, "
                  "got true"),
@@ -560,44 +570,33 @@ class CommandLineTests(unittest.TestCase):
                            ("a folder as --output", ("--output", folder)),
                            ("an unknown option", ("--chek", results))]:
             with self.subTest(f"2: {name}, in one line"):
-                code, stdout, stderr = run(*argv)
+                code, stdout, stderr = command_line(*argv)
                 self.assertEqual((code, stdout, stderr.count("\n")), (2, "", 1), stderr)
+        with self.subTest("2: a write that fails leaves --output as it was"), played, \
+                mock.patch.object(os, "replace", side_effect=OSError(28, "No space left")):
+            self.assertEqual(command_line("--output", output)[0], 2)
+            with open(output, encoding="utf-8") as file:
+                self.assertEqual(json.load(file), changed)
+            self.assertEqual(os.listdir(folder), ["out.json"])
         with self.subTest("3: a scenario that fails, named with its step"):
-            broken = Scenario("broken", True, "no tick after the last",
-                              (Step("A", Action.ACQUIRE, tick=2**63 - 1, ttl=1),))
             with self.assertRaises(ValueError):  # checked when made: ticks never go back
                 Scenario("back", True, "", (Step("A", Action.ACQUIRE, 1, ttl=1),
                                             Step("A", Action.RELEASE, 0)))
+            broken = Scenario("broken", True, "no tick after the last",
+                              (Step("A", Action.ACQUIRE, tick=2**63 - 1, ttl=1),))
             with self.assertRaises(ExperimentError) as failed:
                 run_scenarios([broken])
             self.assertEqual((failed.exception.scenario, failed.exception.step),
                              ("broken", "step 0 (A acquire at tick 9223372036854775807)"))
             with mock.patch.object(run_experiment, "run_scenarios", side_effect=failed.exception):
-                self.assertEqual(run("--check", results)[0], 3)
+                self.assertEqual(command_line("--check", results)[0], 3)
         with self.subTest("130: Ctrl-C stops the workers and removes the folder"):
             with mock.patch.object(run_experiment, "_report", side_effect=KeyboardInterrupt), \
                     mock.patch.object(tempfile, "tempdir", folder):
-                code, _, stderr = run("--output", os.path.join(folder, "never.json"))
+                code, _, stderr = command_line("--output", os.path.join(folder, "never.json"))
             self.assertEqual((code, stderr.count("\n")), (130, 1))
             self.assertEqual(multiprocessing.active_children(), [])
-            self.assertEqual(sorted(os.listdir(folder)), ["changed.json", "out.json"])
-        with open(results, encoding="utf-8") as file:
-            played = mock.patch.object(run_experiment, "run_scenarios", return_value=json.load(file))
-        with self.subTest("2: a write that fails leaves --output as it was"), played, \
-                mock.patch.object(os, "replace", side_effect=OSError(28, "No space left")):
-            self.assertEqual(run("--output", changed)[0], 2)
-            with open(changed, encoding="utf-8") as file:
-                self.assertEqual(json.load(file), document)
-            self.assertEqual(sorted(os.listdir(folder)), ["changed.json", "out.json"])
-        with self.subTest("0: a Ctrl-C once the run is over changes nothing"), played:
-            conclude = run_experiment._conclude
-
-            def interrupted(*args: Any) -> int:
-                os.kill(os.getpid(), signal.SIGINT)  # as if typed at this moment
-                return conclude(*args)
-
-            with mock.patch.object(run_experiment, "_conclude", interrupted):
-                self.assertEqual(run("--check", results)[0], 0)
+            self.assertEqual(os.listdir(folder), ["out.json"])
 
 
 if __name__ == "__main__":
