@@ -418,7 +418,8 @@ def _start(scenario: Scenario, db_path: str, context: Any, bound: float,
             db_path, scenario.fenced, script, released, play.reports[actor], bound))
         workers.append(worker)
         # Started with Ctrl-C held, which it inherits, so that none lands while it imports;
-        # then it ignores Ctrl-C: the engine stops the workers.
+        # then it ignores Ctrl-C: the engine stops the workers.  (The Events above started
+        # multiprocessing's resource tracker, which unblocks Ctrl-C as it starts.)
         with _ctrl_c_held():
             worker.start()
         play.workers[actor] = worker

@@ -37,6 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from typing import Any, NamedTuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -797,8 +798,12 @@ class Fresh:
         self.answers, sender = context.Pipe(duplex=False)
         self.process = context.Process(target=_answered, args=(
             sender, folder, function, *args), daemon=True)
+        # Started with Ctrl-C blocked, which the child inherits, so that none lands while it
+        # imports.  multiprocessing's resource tracker unblocks Ctrl-C when it starts, on the
+        # first spawn: started first.
+        resource_tracker.ensure_running()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:  # started with Ctrl-C blocked, so that it cannot land while the child imports
+        try:
             self.process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
