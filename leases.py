@@ -211,8 +211,14 @@ class _Database:
 
 
 def _schema(connection: sqlite3.Connection) -> list[tuple[str, str]]:
-    """What the database holds, of every kind: nothing in a new or empty file."""
-    return connection.execute("SELECT name, sql FROM sqlite_master").fetchall()
+    """What the database holds, of every kind, with the marks a program may set on a file
+    (user_version, application_id): nothing in a new or empty file."""
+    return connection.execute(
+        "SELECT name, sql FROM sqlite_master"
+        " UNION ALL SELECT 'user_version', user_version FROM pragma_user_version"
+        " WHERE user_version != 0"
+        " UNION ALL SELECT 'application_id', application_id FROM pragma_application_id"
+        " WHERE application_id != 0").fetchall()
 
 
 def _make_tables(connection: sqlite3.Connection) -> list[tuple[str, str]]:

@@ -69,6 +69,8 @@ class Step:
     value: str | None = None  # write only
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tick, int) or isinstance(self.tick, bool):
+            raise TypeError(f"tick must be an int, got {self.tick!r}")
         if not isinstance(self.action, Action):
             raise TypeError(f"action must be an Action, got {self.action!r}")
         if (self.ttl is None) == (self.action in (Action.ACQUIRE, Action.RENEW)):
@@ -91,6 +93,8 @@ class Scenario:
     steps: tuple[Step, ...]
 
     def __post_init__(self) -> None:
+        if not all(isinstance(step, Step) for step in self.steps):
+            raise TypeError(f"scenario {self.name!r}: every step must be a Step")
         ticks = [step.tick for step in self.steps]
         if not ticks or ticks != sorted(ticks):
             raise ValueError(f"scenario {self.name!r} needs steps whose ticks never go back, "
@@ -358,7 +362,8 @@ def run_scenarios(scenarios: Sequence[Scenario] = SCENARIOS, *,
     workers: list[BaseProcess] = []
     folder = None
     try:
-        folder = tempfile.mkdtemp(prefix="leases-experiment-")
+        with _ctrl_c_held():  # made and named together: the cleanup below finds it
+            folder = tempfile.mkdtemp(prefix="leases-experiment-")
         plays = [_start(scenario, os.path.join(folder, f"{number}.sqlite3"), context, bound,
                         workers) for number, scenario in enumerate(scenarios)]
         return {"scenarios": [_play(play, timeout) for play in plays]}
@@ -416,12 +421,12 @@ def _start(scenario: Scenario, db_path: str, context: Any, bound: float,
         play.reports[actor] = context.Queue()
         worker = context.Process(target=_work, name=f"{scenario.name}:{actor}", args=(
             db_path, scenario.fenced, script, released, play.reports[actor], bound))
-        workers.append(worker)
         # Started with Ctrl-C held, which it inherits, so that none lands while it imports;
         # then it ignores Ctrl-C: the engine stops the workers.  (The Events above started
         # multiprocessing's resource tracker, which unblocks Ctrl-C as it starts.)
         with _ctrl_c_held():
             worker.start()
+            workers.append(worker)
         play.workers[actor] = worker
     return play
 
@@ -588,12 +593,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", metavar="PATH", help="write the evidence to this file, "
                         "whole or not at all (default: stdout, unless --check is given)")
     args = parser.parse_args(argv)
-    previous = signal.getsignal(signal.SIGINT)
     try:
         expected = None if args.check is None else _read_json(args.check)
         output = None if args.output is None else _output_file(args.output)
         document = run_scenarios()
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run is over: its result stands
+        # The run is over: its result stands, so this process ignores Ctrl-C from now on.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         return _conclude(document, expected, args.check, output)
     except _Unusable as exc:
         print(f"run_experiment.py: error: {exc}", file=sys.stderr)
@@ -605,8 +610,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("run_experiment.py: stopped by Ctrl-C; every worker stopped, the temporary "
               "folder removed, --output untouched", file=sys.stderr)
         return EXIT_INTERRUPTED
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _conclude(document: dict[str, Any], expected: object, check: str | None,
@@ -685,6 +688,4 @@ def _write_whole(path: str, text: str) -> None:
 
 
 if __name__ == "__main__":
-    status = main()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the result is out: a Ctrl-C is too late
-    sys.exit(status)
+    sys.exit(main())

@@ -413,6 +413,7 @@ class StorageTests(unittest.TestCase):
         for name, make in [("a text file", text),
                            ("another program's database", sqlite("CREATE TABLE t (x)")),
                            ("a database of views alone", sqlite("CREATE VIEW v AS SELECT 1")),
+                           ("a database marked as another's", sqlite("PRAGMA user_version = 7")),
                            ("our tables, made otherwise",
                             sqlite("CREATE TABLE leases (x); CREATE TABLE receiver_decisions (x)"))]:
             for kind in (LeaseAuthority, Receiver):
@@ -522,11 +523,14 @@ class ScenarioTests(unittest.TestCase):
 def command_line(*argv: str) -> tuple[int, str, str]:
     """run_experiment's command line, in this process: its exit code, stdout and stderr."""
     stdout, stderr = io.StringIO(), io.StringIO()
+    ctrl_c = signal.getsignal(signal.SIGINT)  # main() ignores it once a run is over
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         try:
             code = run_experiment.main(list(argv))
         except SystemExit as stop:  # argparse's way out
             code = stop.code  # type: ignore[assignment]
+        finally:
+            signal.signal(signal.SIGINT, ctrl_c)
     return code, stdout.getvalue(), stderr.getvalue()
 
 
@@ -590,13 +594,15 @@ class CommandLineTests(unittest.TestCase):
                              ("broken", "step 0 (A acquire at tick 9223372036854775807)"))
             with mock.patch.object(run_experiment, "run_scenarios", side_effect=failed.exception):
                 self.assertEqual(command_line("--check", results)[0], 3)
-        with self.subTest("130: Ctrl-C stops the workers and removes the folder"):
-            with mock.patch.object(run_experiment, "_report", side_effect=KeyboardInterrupt), \
-                    mock.patch.object(tempfile, "tempdir", folder):
-                code, _, stderr = command_line("--output", os.path.join(folder, "never.json"))
-            self.assertEqual((code, stderr.count("\n")), (130, 1))
-            self.assertEqual(multiprocessing.active_children(), [])
-            self.assertEqual(os.listdir(folder), ["out.json"])
+        for moment, where in [("awaiting a report", (run_experiment, "_report")),
+                              ("starting a worker", (SPAWN.Process, "start"))]:
+            with self.subTest(f"130: Ctrl-C {moment} stops the workers, removes the folder"):
+                with mock.patch.object(*where, side_effect=KeyboardInterrupt), \
+                        mock.patch.object(tempfile, "tempdir", folder):
+                    code, _, stderr = command_line("--output", os.path.join(folder, "x.json"))
+                self.assertEqual((code, stderr.count("\n")), (130, 1))
+                self.assertEqual(multiprocessing.active_children(), [])
+                self.assertEqual(os.listdir(folder), ["out.json"])
 
 
 if __name__ == "__main__":
