@@ -10,6 +10,7 @@ import io
 import json
 import multiprocessing
 import os
+import pathlib
 import pickle
 import signal
 import sqlite3
@@ -538,30 +539,24 @@ class CommandLineTests(unittest.TestCase):
     def test_check_reproduces_the_evidence_and_names_each_failure(self) -> None:
         folder = os.path.dirname(new_path(self))
         results, output = os.path.join(HERE, "results.json"), os.path.join(folder, "out.json")
-        with open(results, encoding="utf-8") as file:
-            evidence = json.load(file)
-        played = mock.patch.object(run_experiment, "run_scenarios", return_value=evidence)
-        with self.subTest("0: reproduced, and --output is the evidence byte for byte"):
+        evidence = json.loads(pathlib.Path(results).read_text(encoding="utf-8"))
+        conclude = run_experiment._conclude
+
+        def interrupted(*args: Any) -> int:  # a Ctrl-C once the run is over changes nothing
+            os.kill(os.getpid(), signal.SIGINT)
+            return conclude(*args)
+
+        with self.subTest("0: reproduced, and --output is the evidence byte for byte"), \
+                mock.patch.object(run_experiment, "_conclude", interrupted):
             code, stdout, _ = command_line("--check", results, "--output", output)
             self.assertEqual((code, stdout.split(":")[0]), (0, "reproduced"))
-            with open(output, "rb") as made, open(results, "rb") as committed:
-                self.assertEqual(made.read(), committed.read())
-        with self.subTest("0: a Ctrl-C once the run is over changes nothing"), played:
-            conclude = run_experiment._conclude
-
-            def interrupted(*args: Any) -> int:
-                os.kill(os.getpid(), signal.SIGINT)  # as if typed at this moment
-                return conclude(*args)
-
-            with mock.patch.object(run_experiment, "_conclude", interrupted):
-                self.assertEqual(command_line("--check", results)[0], 0)
+            self.assertEqual(pathlib.Path(output).read_bytes(), pathlib.Path(results).read_bytes())
         with self.subTest("1: each difference named by its JSON path, conclusions first"):
             changed = json.loads(json.dumps(evidence))
             changed["scenarios"][0]["events"][0]["tick"] = 5
             changed["scenarios"][0]["verdict"]["newer_write_overwritten_by_older_epoch"] = 1
             changed["scenarios"][1]["final"]["epoch"] = 1  # and JSON's 1 is not true, above
-            with open(output, "w", encoding="utf-8") as file:
-                json.dump(changed, file)
+            pathlib.Path(output).write_text(json.dumps(changed), encoding="utf-8")
             code, stdout, _ = command_line("--check", output)
             self.assertEqual((code, stdout.splitlines()[1:]), (1, [
                 ("  $.scenarios[0].verdict.newer_write_overwritten_by_older_epoch: expected 1, "
@@ -576,16 +571,13 @@ class CommandLineTests(unittest.TestCase):
             with self.subTest(f"2: {name}, in one line"):
                 code, stdout, stderr = command_line(*argv)
                 self.assertEqual((code, stdout, stderr.count("\n")), (2, "", 1), stderr)
-        with self.subTest("2: a write that fails leaves --output as it was"), played, \
+        with self.subTest("2: a write that fails leaves --output as it was"), \
+                mock.patch.object(run_experiment, "run_scenarios", return_value=evidence), \
                 mock.patch.object(os, "replace", side_effect=OSError(28, "No space left")):
             self.assertEqual(command_line("--output", output)[0], 2)
-            with open(output, encoding="utf-8") as file:
-                self.assertEqual(json.load(file), changed)
+            self.assertEqual(json.loads(pathlib.Path(output).read_text("utf-8")), changed)
             self.assertEqual(os.listdir(folder), ["out.json"])
         with self.subTest("3: a scenario that fails, named with its step"):
-            with self.assertRaises(ValueError):  # checked when made: ticks never go back
-                Scenario("back", True, "", (Step("A", Action.ACQUIRE, 1, ttl=1),
-                                            Step("A", Action.RELEASE, 0)))
             broken = Scenario("broken", True, "no tick after the last",
                               (Step("A", Action.ACQUIRE, tick=2**63 - 1, ttl=1),))
             with self.assertRaises(ExperimentError) as failed:
@@ -596,10 +588,10 @@ class CommandLineTests(unittest.TestCase):
                 self.assertEqual(command_line("--check", results)[0], 3)
         for moment, where in [("awaiting a report", (run_experiment, "_report")),
                               ("starting a worker", (SPAWN.Process, "start"))]:
-            with self.subTest(f"130: Ctrl-C {moment} stops the workers, removes the folder"):
-                with mock.patch.object(*where, side_effect=KeyboardInterrupt), \
-                        mock.patch.object(tempfile, "tempdir", folder):
-                    code, _, stderr = command_line("--output", os.path.join(folder, "x.json"))
+            with self.subTest(f"130: Ctrl-C {moment} stops the workers, removes the folder"), \
+                    mock.patch.object(*where, side_effect=KeyboardInterrupt), \
+                    mock.patch.object(tempfile, "tempdir", folder):
+                code, _, stderr = command_line("--output", os.path.join(folder, "x.json"))
                 self.assertEqual((code, stderr.count("\n")), (130, 1))
                 self.assertEqual(multiprocessing.active_children(), [])
                 self.assertEqual(os.listdir(folder), ["out.json"])
