@@ -20,7 +20,7 @@ import enum
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 __all__ = [
@@ -28,8 +28,7 @@ __all__ = [
     "WriteResult", "is_live",
 ]
 
-# How long a call waits for another connection's write lock.  It bounds a wait; no rule
-# depends on it.
+# How long a call waits for another connection's write lock: a bound, no rule depends on it.
 BUSY_TIMEOUT_SECONDS = 30.0
 
 _LARGEST = 2**63 - 1  # SQLite's largest integer: ticks and epochs stay within it
@@ -101,7 +100,7 @@ class LeaseLost(LeaseError):
 
 def is_live(expires_at: int, *, now: int) -> bool:
     """The expiry rule: a lease is live before its expiry tick, and expired at it."""
-    return now < expires_at
+    return _check_int("now", now, least=0) < _check_int("expires_at", expires_at, least=0)
 
 
 def _decide(stored: tuple[int, str] | None, epoch: int, value: str) -> Outcome:
@@ -118,55 +117,47 @@ def _decide(stored: tuple[int, str] | None, epoch: int, value: str) -> Outcome:
 # The model's two tables, as SQLite keeps their CREATE statements.  Every database this
 # library makes has both, so that an authority and its receivers can share one file.
 _TABLES = {
-    "leases": (
-        "CREATE TABLE leases ("
-        " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
-        " expires_at INTEGER NOT NULL) WITHOUT ROWID"
-    ),
-    "receiver_decisions": (
-        "CREATE TABLE receiver_decisions ("
-        " fenced INTEGER NOT NULL, resource TEXT NOT NULL, seq INTEGER NOT NULL,"
-        " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
-        " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL,"
-        " PRIMARY KEY (fenced, resource, seq)) WITHOUT ROWID"
-    ),
+    "leases": "CREATE TABLE leases ("
+              " resource TEXT PRIMARY KEY, holder TEXT, epoch INTEGER NOT NULL,"
+              " expires_at INTEGER NOT NULL) WITHOUT ROWID",
+    "receiver_decisions": "CREATE TABLE receiver_decisions ("
+                          " fenced INTEGER NOT NULL, resource TEXT NOT NULL, seq INTEGER NOT NULL,"
+                          " outcome TEXT NOT NULL, epoch INTEGER NOT NULL, value TEXT NOT NULL,"
+                          " stored_epoch INTEGER NOT NULL, stored_value TEXT NOT NULL,"
+                          " PRIMARY KEY (fenced, resource, seq)) WITHOUT ROWID",
 }
 
 
 _D = TypeVar("_D", bound="_Database")
+_T = TypeVar("_T")
 
 
 class _Database:
-    """One SQLite connection, opened on a database of this library's (made if the file is new).
-
-    Calls from several threads take turns on one lock: a connection has one transaction.
-    Close it with `close()`, or use the object in a `with` block.
-    """
+    """One SQLite connection, on a database of this library's (made if the file is new).
+    Threads take turns on one lock (a connection has one transaction); `close()` it, or use
+    the object in a `with` block."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
-            raise TypeError(f"path must be a str or os.PathLike of a str, got {path!r}")
-        name = os.fspath(path)
+        name = os.fspath(path) if isinstance(path, os.PathLike) else path
+        _check_text("path", name)  # a str, not empty
         # Processes share a file, not a memory; a NUL byte or a URI names no plain file.
-        if name in ("", ":memory:") or "\0" in name or name.startswith("file:"):
+        if name == ":memory:" or "\0" in name or name.startswith("file:"):
             raise ValueError(f"path must name a file, got {path!r}")
         self.path = name
         self._lock = threading.Lock()
         try:
+            _check_header(name)
             connection = sqlite3.connect(name, timeout=BUSY_TIMEOUT_SECONDS,
                                          isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
+        except (OSError, sqlite3.Error) as exc:
             raise LeaseError(f"cannot open database {name!r}: {exc}") from exc
         self._connection: sqlite3.Connection | None = connection  # the lock orders its calls
         try:
-            with self._transaction(write=False):
-                found = _schema(connection)
+            found = self._transaction(_schema, write=False)
             if not found:  # a new file: the first of the openers racing makes the tables
-                with self._transaction():
-                    found = _schema(connection) or _make_tables(connection)
+                found = self._transaction(lambda c: _schema(c) or _make_tables(c))
             _check_tables(found, name)
-            with self._transaction(write=False):
-                _ask_for_wal(connection)
+            self._transaction(_ask_for_wal, write=False)
         except BaseException:
             connection.close()  # no other thread has this object yet: no turn to wait for
             raise
@@ -184,28 +175,27 @@ class _Database:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @contextlib.contextmanager
-    def _transaction(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
-        """The connection, inside one BEGIN IMMEDIATE transaction if `write`: committed when
-        the block ends, rolled back if it raises.  IMMEDIATE takes the write lock before the
-        first read, so no other writer comes between what the block reads and what it writes.
-        SQLite's errors come out as LeaseError; the block's own exceptions pass as they are."""
+    def _transaction(self, body: Callable[[sqlite3.Connection], _T], *,
+                     write: bool = True) -> _T:
+        """`body(connection)` in one BEGIN IMMEDIATE transaction if `write` (the write lock
+        before the first read): committed when it returns, else rolled back, a Ctrl-C at any
+        bytecode too (`with` takes the C lock and promises its release in one step; BEGIN is
+        inside the `try`).  SQLite's errors come out as LeaseError, the body's as they are."""
         with self._lock:
             connection = self._connection
             if connection is None:
                 raise LeaseError(f"database {self.path!r} is closed")
             try:
-                if not write:
-                    yield connection
-                    return
-                connection.execute("BEGIN IMMEDIATE")
                 try:
-                    yield connection
-                    connection.execute("COMMIT")
-                except BaseException:
-                    if connection.in_transaction:  # SQLite may have rolled it back itself
+                    if write:
+                        connection.execute("BEGIN IMMEDIATE")
+                    result = body(connection)
+                    if write:
+                        connection.execute("COMMIT")
+                    return result
+                finally:
+                    if connection.in_transaction:  # not committed: SQLite's error, ours, Ctrl-C
                         connection.execute("ROLLBACK")
-                    raise
             except sqlite3.Error as exc:
                 raise LeaseError(f"database {self.path!r}: {exc}") from exc
 
@@ -219,6 +209,14 @@ def _schema(connection: sqlite3.Connection) -> list[tuple[str, str]]:
         " WHERE user_version != 0"
         " UNION ALL SELECT 'application_id', application_id FROM pragma_application_id"
         " WHERE application_id != 0").fetchall()
+
+
+def _check_header(path: str) -> None:
+    """A file neither empty nor SQLite's is refused before SQLite sees it: SQLite takes a
+    file of 1 byte for an empty database, and would overwrite it."""
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as file:
+        if file.read(16) not in (b"", b"SQLite format 3\0"):  # every SQLite file's start
+            raise LeaseError(f"database {path!r} is not this library's: not SQLite's at all")
 
 
 def _make_tables(connection: sqlite3.Connection) -> list[tuple[str, str]]:
@@ -235,9 +233,8 @@ def _check_tables(found: list[tuple[str, str]], path: str) -> None:
 
 
 def _ask_for_wal(connection: sqlite3.Connection) -> None:
-    """Put the file in WAL mode if it is not yet.  SQLite refuses while another connection
-    uses the file (at once, or when the busy timeout passes); then a later opener asks again.
-    No rule depends on the journal mode: BEGIN IMMEDIATE orders writers in every mode."""
+    """Put the file in WAL mode if it is not yet; SQLite refuses while another connection
+    uses it, and a later opener asks again.  No rule depends on the journal mode."""
     if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         with contextlib.suppress(sqlite3.OperationalError):  # "database is locked"
             connection.execute("PRAGMA journal_mode=WAL")
@@ -271,7 +268,7 @@ class LeaseAuthority(_Database):
         _check_text("resource", resource)
         _check_text("holder", holder)
         expires_at = _check_expiry(now, ttl)
-        with self._transaction() as connection:
+        def grant(connection: sqlite3.Connection) -> Lease:
             row = _load(connection, resource)
             held = row.lease(now) if row else None
             if held:
@@ -282,36 +279,38 @@ class LeaseAuthority(_Database):
                 " ON CONFLICT (resource) DO UPDATE SET holder = excluded.holder,"
                 " epoch = excluded.epoch, expires_at = excluded.expires_at",
                 (lease.resource, lease.holder, lease.epoch, lease.expires_at))
-        return lease
+            return lease
+        return self._transaction(grant)
 
     def renew(self, lease: Lease, *, now: int, ttl: int) -> Lease:
         """Set the expiry of `lease` to `now + ttl` (sooner or later than it was), if it is
         the resource's lease and live at `now`; else LeaseLost."""
         _check_lease(lease)
         expires_at = _check_expiry(now, ttl)
-        with self._transaction() as connection:
+        def extend(connection: sqlite3.Connection) -> Lease:
             row = _current(connection, lease, now)
             if not is_live(row.expires_at, now=now):
                 raise LeaseLost(lease, None, f"it expired at tick {row.expires_at}")
             connection.execute("UPDATE leases SET expires_at = ? WHERE resource = ?",
                                (expires_at, lease.resource))
-        return dataclasses.replace(lease, expires_at=expires_at)
+            return dataclasses.replace(lease, expires_at=expires_at)
+        return self._transaction(extend)
 
     def release(self, lease: Lease) -> None:
         """Clear the holder of `lease` if it is still the resource's lease, expired or not;
         else LeaseLost.  The epoch stays, so the next holder gets a higher one."""
         _check_lease(lease)
-        with self._transaction() as connection:
+        def clear(connection: sqlite3.Connection) -> None:
             _current(connection, lease, None)
             connection.execute("UPDATE leases SET holder = NULL WHERE resource = ?",
                                (lease.resource,))
+        self._transaction(clear)
 
     def current(self, resource: str, *, now: int) -> Lease | None:
         """The lease on `resource` that is live at tick `now`, or None."""
         _check_text("resource", resource)
         _check_int("now", now, least=0)
-        with self._transaction(write=False) as connection:
-            row = _load(connection, resource)
+        row = self._transaction(lambda connection: _load(connection, resource), write=False)
         return row.lease(now) if row else None
 
 
@@ -355,7 +354,7 @@ class Receiver(_Database):
         _check_text("resource", resource)
         _check_int("epoch", epoch, least=1)
         _check_text("value", value, empty=True)
-        with self._transaction() as connection:
+        def decide(connection: sqlite3.Connection) -> WriteResult:
             seq, stored = self._latest(connection, resource)
             outcome = _decide(stored, epoch, value) if self.fenced else Outcome.APPLIED
             if outcome is Outcome.APPLIED:
@@ -365,22 +364,22 @@ class Receiver(_Database):
                 "INSERT INTO receiver_decisions (fenced, resource, seq, outcome, epoch, value,"
                 " stored_epoch, stored_value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (self.fenced, resource, seq + 1, outcome.value, epoch, value, *stored))
-        return WriteResult(outcome, resource, epoch, value, *stored)
+            return WriteResult(outcome, resource, epoch, value, *stored)
+        return self._transaction(decide)
 
     def read(self, resource: str) -> tuple[int, str] | None:
         """The stored (epoch, value) of `resource`, or None if no write was ever applied."""
         _check_text("resource", resource)
-        with self._transaction(write=False) as connection:
-            return self._latest(connection, resource)[1]
+        return self._transaction(lambda connection: self._latest(connection, resource)[1],
+                                 write=False)
 
     def decisions(self, resource: str) -> list[WriteResult]:
         """Every decision this receiver made about `resource`, oldest first."""
         _check_text("resource", resource)
-        with self._transaction(write=False) as connection:
-            rows = connection.execute(
-                "SELECT outcome, resource, epoch, value, stored_epoch, stored_value"
-                " FROM receiver_decisions WHERE fenced = ? AND resource = ? ORDER BY seq",
-                (self.fenced, resource)).fetchall()
+        rows = self._transaction(lambda connection: connection.execute(
+            "SELECT outcome, resource, epoch, value, stored_epoch, stored_value"
+            " FROM receiver_decisions WHERE fenced = ? AND resource = ? ORDER BY seq",
+            (self.fenced, resource)).fetchall(), write=False)
         return [WriteResult(Outcome(outcome), *rest) for outcome, *rest in rows]
 
     def _latest(self, connection: sqlite3.Connection,

@@ -87,8 +87,7 @@ class Scenario:
         return tuple(dict.fromkeys(step.actor for step in self.steps))
 
 
-# A holds a lease from tick 0 to tick 10; B takes over at tick 10, the exact tick A's lease
-# expires.  A then resumes late, still believing it holds the lease.
+# A holds a lease until tick 10; B takes over at 10, the exact tick A's lease expires.
 _TAKEOVER = (
     Step("A", Action.ACQUIRE, tick=0, ttl=10),
     Step("B", Action.ACQUIRE, tick=10, ttl=10),
@@ -145,7 +144,7 @@ class Answer(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class Event:
+class StepResult:
     """One step as the evidence records it: who did what at which tick, and the answer (an
     Answer, or the receiver's Outcome for a write).  Fields that do not apply are None:
     `expires_at` belongs to a lease's answer, `value` and the stored pair to a write's."""
@@ -162,7 +161,7 @@ class Event:
 
     @classmethod
     def of(cls, step: Step, outcome: str, epoch: int | None = None,
-           expires_at: int | None = None) -> "Event":
+           expires_at: int | None = None) -> "StepResult":
         return cls(step.actor, step.action, step.tick, outcome, epoch, expires_at)
 
     def as_json(self) -> dict[str, Any]:
@@ -174,47 +173,45 @@ class Event:
 
 
 def perform(step: Step, lease: Lease | None, authority: LeaseAuthority, receiver: Any,
-            resource: str = RESOURCE) -> tuple[Lease | None, Event]:
-    """Perform `step` for an actor holding `lease`: its lease afterwards, and the event.
-
+            resource: str = RESOURCE) -> tuple[Lease | None, StepResult]:
+    """Perform `step` for an actor holding `lease`: its lease afterwards, and the result.
     An actor knows only what it was told: a refused acquisition leaves its lease as it was; a
     lost renewal, a failed check or a release leaves it none; a write goes out with whatever
-    lease it holds, expired or not.  Only a check asks the authority about the time.
-    """
+    lease it holds, expired or not.  Only a check asks the authority about the time."""
     if step.action is Action.ACQUIRE:
         assert step.ttl is not None, "acquire needs a ttl"
         try:
             lease = authority.acquire(resource, step.actor, now=step.tick, ttl=step.ttl)
         except LeaseHeld as held:
-            return lease, Event.of(step, Answer.HELD, held.lease.epoch, held.lease.expires_at)
-        return lease, Event.of(step, Answer.GRANTED, lease.epoch, lease.expires_at)
+            return lease, StepResult.of(step, Answer.HELD, held.lease.epoch, held.lease.expires_at)
+        return lease, StepResult.of(step, Answer.GRANTED, lease.epoch, lease.expires_at)
     if lease is None:  # it never got one, lost it, or gave it back
-        return None, Event.of(step, Answer.NO_LEASE)
+        return None, StepResult.of(step, Answer.NO_LEASE)
     if step.action is Action.WRITE:
         return lease, write(step, lease, receiver)
     if step.action is Action.CHECK:
         current = authority.current(lease.resource, now=step.tick)
         if current is None or (current.epoch, current.holder) != (lease.epoch, lease.holder):
-            return None, Event.of(step, Answer.LOST, lease.epoch)
-        return lease, Event.of(step, Answer.LIVE, lease.epoch, current.expires_at)
+            return None, StepResult.of(step, Answer.LOST, lease.epoch)
+        return lease, StepResult.of(step, Answer.LIVE, lease.epoch, current.expires_at)
     try:
         if step.action is Action.RENEW:
             assert step.ttl is not None, "renew needs a ttl"
             lease = authority.renew(lease, now=step.tick, ttl=step.ttl)
-            return lease, Event.of(step, Answer.RENEWED, lease.epoch, lease.expires_at)
+            return lease, StepResult.of(step, Answer.RENEWED, lease.epoch, lease.expires_at)
         authority.release(lease)
-        return None, Event.of(step, Answer.RELEASED, lease.epoch)
+        return None, StepResult.of(step, Answer.RELEASED, lease.epoch)
     except LeaseLost:
-        return None, Event.of(step, Answer.LOST, lease.epoch)
+        return None, StepResult.of(step, Answer.LOST, lease.epoch)
 
 
-def write(step: Step, lease: Lease, receiver: Any) -> Event:
+def write(step: Step, lease: Lease, receiver: Any) -> StepResult:
     """Send a write `step`'s value with `lease`'s resource and epoch to `receiver` (a Receiver,
     or any object whose write(resource, epoch, value) answers as one does)."""
     assert step.value is not None, "a write needs a value"
     result = receiver.write(lease.resource, lease.epoch, step.value)
-    return Event(step.actor, step.action, step.tick, result.outcome, result.epoch, None,
-                 result.value, result.stored_epoch, result.stored_value)
+    return StepResult(step.actor, step.action, step.tick, result.outcome, result.epoch, None,
+                      result.value, result.stored_epoch, result.stored_value)
 
 
 # --- the judge: each class of write written once ---
@@ -223,7 +220,7 @@ def write(step: Step, lease: Lease, receiver: Any) -> Event:
 class Write(NamedTuple):
     """A write as the judge sees it when it is answered: the event, and what came before."""
 
-    event: Event
+    event: StepResult
     newest: int  # the highest epoch the authority had granted
     stored: int | None  # the epoch the receiver had last applied, or None: nothing yet
     expires_at: int  # the expiry of the writer's lease, as the authority last answered it
@@ -273,13 +270,11 @@ CLASSES = (
 _COUNTED = ("stale_writes_refused", "conflicting_writes_refused")  # the rest: whether at all
 
 
-def judge(events: Sequence[Event]) -> dict[str, Any]:
+def judge(events: Sequence[StepResult]) -> dict[str, Any]:
     """The verdict on a run, from its events alone: what went wrong, if anything, and who won.
-
     `because` holds, for each field, the indices of the events that made it what it is, so
     that every field can be checked by hand.  An applied write by an actor never granted a
-    lease, or a lease without its epoch or expiry, is ValueError.
-    """
+    lease, or a lease without its epoch or expiry, is ValueError."""
     fields = [cls.field for cls in CLASSES]
     because: dict[str, list[int]] = {field: [] for field in (*fields, "final_value_written_by")}
     expires_at: dict[str, int] = {}  # each actor's latest lease
@@ -328,17 +323,15 @@ class _Play(NamedTuple):
     db_path: str
     released: list["Released"]
     workers: dict[str, "BaseProcess"]
-    reports: dict[str, "Queue[tuple[Event | None, str | None]]"]
+    reports: dict[str, "Queue[tuple[StepResult | None, str | None]]"]
 
 
 def run_scenarios(scenarios: Sequence[Scenario] = SCENARIOS, *,
                   timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
-    """Play `scenarios` one after another and return the evidence document.
-
-    Every worker is started first, so that their interpreters start together.  However this
-    ends (ExperimentError, Ctrl-C), every worker is stopped and the temporary folder removed;
-    a Ctrl-C meanwhile waits until both are done.
-    """
+    """Play `scenarios` one after another and return the evidence document.  Every worker is
+    started first, so that their interpreters start together.  However this ends (an error,
+    Ctrl-C, SIGTERM), every worker is stopped and the temporary folder removed, and a Ctrl-C
+    meanwhile waits until both are done."""
     context = multiprocessing.get_context("spawn")
     bound = timeout * (sum(len(s.steps) for s in scenarios) + 1)  # a worker's longest wait
     workers: list[BaseProcess] = []
@@ -378,8 +371,8 @@ def _play(play: _Play, timeout: float) -> dict[str, Any]:
     return _record(play, events)
 
 
-def _report(reports: "Queue[tuple[Event | None, str | None]]", worker: "BaseProcess",
-            timeout: float) -> tuple[Event | None, str | None]:
+def _report(reports: "Queue[tuple[StepResult | None, str | None]]", worker: "BaseProcess",
+            timeout: float) -> tuple[StepResult | None, str | None]:
     """The worker's report of its step, or why none came within `timeout`.  The wait is cut
     into slices of 0.1 s to see a worker that died without a word."""
     deadline = time.monotonic() + timeout
@@ -403,9 +396,8 @@ def _start(scenario: Scenario, db_path: str, context: Any, bound: float,
         play.reports[actor] = context.Queue()
         worker = context.Process(target=_work, name=f"{scenario.name}:{actor}", args=(
             db_path, scenario.fenced, script, released, play.reports[actor], bound))
-        # Started with Ctrl-C held, which it inherits, so that none lands while it imports;
-        # then it ignores Ctrl-C: the engine stops the workers.  (The Events above started
-        # multiprocessing's resource tracker, which unblocks Ctrl-C as it starts.)
+        # Started with Ctrl-C held, which it inherits, so none lands while it imports; then it
+        # ignores Ctrl-C.  (The Events above started the resource tracker, which unblocks it.)
         with _ctrl_c_held():
             worker.start()
             workers.append(worker)
@@ -414,7 +406,7 @@ def _start(scenario: Scenario, db_path: str, context: Any, bound: float,
 
 
 def _work(db_path: str, fenced: bool, script: list[tuple[int, Step]],
-          released: list["Released"], reports: "Queue[tuple[Event | None, str | None]]",
+          released: list["Released"], reports: "Queue[tuple[StepResult | None, str | None]]",
           bound: float) -> None:
     """A worker: perform each of its steps once its Event is set, and report each.  It gives
     up when `bound` passes, or at once once the engine is gone."""
@@ -432,8 +424,7 @@ def _work(db_path: str, fenced: bool, script: list[tuple[int, Step]],
                 reports.put((event, None))
     except Exception as exc:  # noqa: BLE001 - whatever it was, the engine must hear of it
         reports.put((None, f"{type(exc).__name__}: {exc}"))
-    # The engine waits for this exit before it releases the next step: once the reports are
-    # out, skip the interpreter's teardown, which takes longer than the step itself.
+    # The engine waits for this exit: skip the interpreter's teardown, longer than a step.
     reports.close()
     reports.join_thread()
     os._exit(0)
@@ -441,15 +432,15 @@ def _work(db_path: str, fenced: bool, script: list[tuple[int, Step]],
 
 @contextlib.contextmanager
 def _ctrl_c_held() -> Iterator[None]:
-    """A Ctrl-C during the block waits until the block ends, then raises as usual."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    """A Ctrl-C (or SIGTERM) during the block waits until the block ends, then raises."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-def _record(play: _Play, events: list[Event]) -> dict[str, Any]:
+def _record(play: _Play, events: list[StepResult]) -> dict[str, Any]:
     """A scenario's evidence: its events, the receiver's decisions and what it stores, the
     lease live at the last tick, and the verdict."""
     scenario = play.scenario
@@ -537,18 +528,20 @@ def _shown(value: object, limit: int = 70) -> str:
 
 # --- the command line ---
 
-EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # as a shell reports SIGINT and SIGTERM
 _SHOWN = 10  # differences listed at most
 
 _EXIT_CODES = f"""exit codes:
   0    the run reproduced EXPECTED, or there was nothing to compare
   1    the run differs from EXPECTED: the first {_SHOWN} differing JSON paths, verdicts first
        (--output is still written)
-  2    bad arguments, or a file that cannot be read or written (--output must be a regular
-       file, or none yet): one line on stderr
+  2    bad arguments, a file that cannot be read or written (--output must be a regular
+       file, or none yet), or a machine that cannot run it (processes, files): one line
   3    a scenario failed or hung: the scenario and the step are named
   130  stopped by Ctrl-C: every worker stopped, the temporary folder removed, --output
        untouched (once the run is over, Ctrl-C is ignored: its result stands)
+  143  stopped by SIGTERM, as by Ctrl-C
 
 examples:
   python3 run_experiment.py --check results.json --output reproduced.json
@@ -575,47 +568,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", metavar="PATH", help="write the evidence to this file, "
                         "whole or not at all (default: stdout, unless --check is given)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         expected = None if args.check is None else _read_json(args.check)
         output = None if args.output is None else _output_file(args.output)
         document = run_scenarios()
         # The run is over: its result stands, so this process ignores Ctrl-C from now on.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return _conclude(document, expected, args.check, output)
-    except _Unusable as exc:
-        print(f"run_experiment.py: error: {exc}", file=sys.stderr)
+    except (_Unusable, OSError, MemoryError) as exc:  # the last two: no process, file or memory
+        print(f"run_experiment.py: error: {_why(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except ExperimentError as exc:
         print(f"run_experiment.py: failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("run_experiment.py: stopped by Ctrl-C; every worker stopped, the temporary "
-              "folder removed, --output untouched", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as stop:
+        by = "SIGTERM" if stop.args == (signal.SIGTERM,) else "Ctrl-C"
+        print(f"run_experiment.py: stopped by {by}; every worker stopped, the temporary folder "
+              "removed, --output untouched", file=sys.stderr)
+        return EXIT_TERMINATED if by == "SIGTERM" else EXIT_INTERRUPTED
+
+
+def _terminated(signum: int, _: object) -> None:  # SIGTERM: stopped as by Ctrl-C
+    raise KeyboardInterrupt(signum)
 
 
 def _conclude(document: dict[str, Any], expected: object, check: str | None,
               output: str | None) -> int:
-    """Write the evidence, show each scenario's timeline, and compare: the exit code."""
-    text = canonical_json(document)
+    """Write the evidence, show each scenario's timeline, and compare: the exit code.  A
+    stdout closed early (`| head`) ends the saying quietly, not the exit code."""
+    text, scenarios = canonical_json(document), document["scenarios"]
     if output is not None:
         _write_whole(output, text)
-    elif check is None:
-        sys.stdout.write(text)
-    for record in document["scenarios"]:
+    for record in scenarios:
         print(timeline(record), file=sys.stderr)
-    if check is None:
-        return EXIT_OK
-    found = sorted(differences(expected, json.loads(text)), key=_verdicts_first)
-    if not found:
-        print(f"reproduced: this run matches {check!r} ({len(document['scenarios'])} scenarios)")
-        return EXIT_OK
-    print(f"differs: this run does not match {check!r} at {len(found)} JSON path(s):")
-    for path, want, got in found[:_SHOWN]:
-        print(f"  {path}: expected {_shown(want)}, got {_shown(got)}")
-    if len(found) > _SHOWN:
-        print(f"  ... and {len(found) - _SHOWN} more")
-    return EXIT_DIFFERENT
+    found = sorted(differences(expected, json.loads(text)), key=_verdicts_first) if check else []
+    try:
+        if check is None and output is None:
+            sys.stdout.write(text)
+        elif check is not None and not found:
+            print(f"reproduced: this run matches {check!r} ({len(scenarios)} scenarios)")
+        elif found:
+            print(f"differs: this run does not match {check!r} at {len(found)} JSON path(s):")
+            for path, want, got in found[:_SHOWN]:
+                print(f"  {path}: expected {_shown(want)}, got {_shown(got)}")
+            if len(found) > _SHOWN:
+                print(f"  ... and {len(found) - _SHOWN} more")
+        sys.stdout.flush()
+    except BrokenPipeError:  # and none at exit, when Python flushes stdout once more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_DIFFERENT if found else EXIT_OK
 
 
 class _Unusable(Exception):
@@ -623,18 +626,18 @@ class _Unusable(Exception):
 
 
 def _why(exc: Exception) -> str:  # "No such file or directory", "embedded null byte"
-    return getattr(exc, "strerror", None) or str(exc)
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
-def _read_json(path: str) -> object:
+def _read_json(path: str, most: int = 2**24) -> object:
     try:
         with open(path, "rb") as file:
-            data = file.read()
+            data = file.read(most)  # the evidence is a few kilobytes; /dev/zero never ends
     except (OSError, ValueError) as exc:
         raise _Unusable(f"cannot read {path!r}: {_why(exc)}") from None
     try:
         return json.loads(data)
-    except ValueError as exc:  # not UTF-8, or not JSON
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested too deep
         raise _Unusable(f"{path!r} is not JSON: {exc}") from None
 
 
@@ -656,7 +659,7 @@ def _output_file(path: str) -> str:
 
 def _write_whole(path: str, text: str) -> None:
     """Write `text` to a new file beside `path`, then rename it over `path` in one step."""
-    staged = f"{path}.{os.getpid()}.tmp"
+    staged = os.path.join(os.path.dirname(path), f".run_experiment.{os.getpid()}.tmp")
     try:
         with open(staged, "x", encoding="ascii") as file:
             file.write(text)

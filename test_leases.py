@@ -6,7 +6,9 @@ spawned and ordered by Event and Queue handshakes; no test sleeps, and every wai
 
 import concurrent.futures
 import contextlib
+import dis
 import io
+import itertools
 import json
 import multiprocessing
 import os
@@ -18,7 +20,7 @@ import sys
 import tempfile
 import threading
 import unittest
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 from unittest import mock
 
@@ -163,6 +165,34 @@ def shown(record: dict[str, Any]) -> list[tuple[Any, ...]]:
     """Each event as (actor, action, tick, epoch, outcome, stored epoch)."""
     return [(e["actor"], e["action"], e["tick"], e["epoch"], e["outcome"], e["stored_epoch"])
             for e in record["events"]]
+
+
+def interrupting(call: Callable[[int], object]) -> Iterator[int]:
+    """Make `call(n)` for n = 1, 2, ... with a Ctrl-C at the n-th point where CPython takes
+    one: just after a call returns.  Yield each n so interrupted; stop once a call runs through."""
+    calls = {name for name in dis.opname if name.startswith("CALL")}
+    for n in itertools.count(1):
+        left, before = [n], {}  # points to pass; each frame's instruction before this one
+
+        def trace(frame: Any, event: str, _: object) -> Any:
+            frame.f_trace_opcodes = True
+            if event == "opcode":
+                if before.get(frame) in calls:
+                    left[0] -= 1
+                    if left[0] == 0:
+                        raise KeyboardInterrupt
+                before[frame] = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+            return trace
+        sys._getframe().f_trace_opcodes = True  # else 3.12 sends no opcode event at first
+        sys.settrace(trace)
+        try:
+            call(n)
+            return
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        yield n
 
 
 def refusing_one_commit() -> Callable[..., int]:
@@ -344,6 +374,13 @@ class StorageTests(unittest.TestCase):
         with mock.patch.object(leases, "_decide", side_effect=KeyboardInterrupt), \
                 self.assertRaises(KeyboardInterrupt):
             receiver.write(RESOURCE, 1, "lost")
+        # Ctrl-C at every point of a call where CPython takes one, BEGIN's return included:
+        # no transaction and no lock is left behind.
+        for database, call in [(authority, lambda n: authority.acquire(f"r{n}", "B", now=0, ttl=1)),
+                               (receiver, lambda n: receiver.write(f"r{n}", 1, "v"))]:
+            for point in interrupting(call):
+                held = connection_of(database).in_transaction or database._lock.locked()
+                self.assertFalse(held, f"{type(database).__name__} left locked at {point}")
         # A COMMIT that fails after each call's write, as on a full disk: SQLite refuses it once.
         for database in (authority, receiver):
             connection_of(database).set_authorizer(refusing_one_commit())
@@ -392,6 +429,9 @@ class StorageTests(unittest.TestCase):
             (lambda: LeaseAuthority(""), ValueError, "path"),
             (lambda: Receiver("file::memory:"), ValueError, "path"),  # a memory, not a file
             (lambda: LeaseAuthority(3), TypeError, "path"),  # type: ignore[arg-type]
+            (lambda: Receiver("\udfff"), ValueError, "path"),
+            (lambda: leases.is_live(float("nan"), now=1), TypeError, "expires_at"),
+            (lambda: leases.is_live(1, now=True), TypeError, "now"),
         ]
         for number, (bad_call, error, name) in enumerate(cases):
             with self.subTest(case=number, name=name):
@@ -399,11 +439,12 @@ class StorageTests(unittest.TestCase):
                     bad_call()
                 self.assertTrue(str(raised.exception).startswith(name), raised.exception)
         self.assertEqual(statements, [])
+        self.assertEqual(authority.acquire(RESOURCE, "A", now=2**63 - 2, ttl=1).expires_at,
+                         2**63 - 1)  # the largest tick is taken
 
     def test_a_file_that_is_not_this_librarys_database_is_left_as_it_was(self) -> None:
-        def text(path: str) -> None:
-            with open(path, "w", encoding="utf-8") as file:
-                file.write("not a database\n")
+        def holding(data: bytes) -> Callable[[str], None]:
+            return lambda path: pathlib.Path(path).write_bytes(data) and None
 
         def sqlite(create: str) -> Callable[[str], None]:
             def make(path: str) -> None:
@@ -411,7 +452,9 @@ class StorageTests(unittest.TestCase):
                     connection.executescript(create)
             return make
 
-        for name, make in [("a text file", text),
+        for name, make in [("a text file", holding(b"not a database\n")),
+                           *[(f"a file of one byte, {byte!r}", holding(byte))
+                             for byte in (b"x", b"\n", b"0", b"\0")],
                            ("another program's database", sqlite("CREATE TABLE t (x)")),
                            ("a database of views alone", sqlite("CREATE VIEW v AS SELECT 1")),
                            ("a database marked as another's", sqlite("PRAGMA user_version = 7")),
@@ -524,23 +567,23 @@ class ScenarioTests(unittest.TestCase):
 def command_line(*argv: str) -> tuple[int, str, str]:
     """run_experiment's command line, in this process: its exit code, stdout and stderr."""
     stdout, stderr = io.StringIO(), io.StringIO()
-    ctrl_c = signal.getsignal(signal.SIGINT)  # main() ignores it once a run is over
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         try:
             code = run_experiment.main(list(argv))
         except SystemExit as stop:  # argparse's way out
             code = stop.code  # type: ignore[assignment]
-        finally:
-            signal.signal(signal.SIGINT, ctrl_c)
     return code, stdout.getvalue(), stderr.getvalue()
 
 
 class CommandLineTests(unittest.TestCase):
     def test_check_reproduces_the_evidence_and_names_each_failure(self) -> None:
-        folder = os.path.dirname(new_path(self))
-        results, output = os.path.join(HERE, "results.json"), os.path.join(folder, "out.json")
+        for stop in (signal.SIGINT, signal.SIGTERM):  # main() takes them, and ignores them
+            self.addCleanup(signal.signal, stop, signal.getsignal(stop))  # once a run is over
+        folder, longest = os.path.dirname(new_path(self)), "o" * 250 + ".json"  # the longest name
+        results, output = os.path.join(HERE, "results.json"), os.path.join(folder, longest)
         evidence = json.loads(pathlib.Path(results).read_text(encoding="utf-8"))
         conclude = run_experiment._conclude
+        pathlib.Path(folder, "deep.json").write_text("[" * 10**5, encoding="ascii")
 
         def interrupted(*args: Any) -> int:  # a Ctrl-C once the run is over changes nothing
             os.kill(os.getpid(), signal.SIGINT)
@@ -551,6 +594,13 @@ class CommandLineTests(unittest.TestCase):
             code, stdout, _ = command_line("--check", results, "--output", output)
             self.assertEqual((code, stdout.split(":")[0]), (0, "reproduced"))
             self.assertEqual(pathlib.Path(output).read_bytes(), pathlib.Path(results).read_bytes())
+        with self.subTest("0: a stdout closed early ends quietly"), \
+                mock.patch.object(run_experiment, "run_scenarios", return_value=evidence):
+            reader, writer = os.pipe()
+            os.close(reader)
+            with open(writer, "w", encoding="ascii") as closed, contextlib.redirect_stdout(
+                    closed), contextlib.redirect_stderr(io.StringIO()):
+                self.assertEqual(run_experiment.main([]), 0)
         with self.subTest("1: each difference named by its JSON path, conclusions first"):
             changed = json.loads(json.dumps(evidence))
             changed["scenarios"][0]["events"][0]["tick"] = 5
@@ -565,6 +615,8 @@ class CommandLineTests(unittest.TestCase):
                 "  $.scenarios[0].events[0].tick: expected 5, got 0"]))
         for name, argv in [("a missing file", ("--check", os.path.join(folder, "none.json"))),
                            ("a file that is not JSON", ("--check", __file__)),
+                           ("a JSON nested too deep", ("--check", f"{folder}/deep.json")),
+                           ("a file without end", ("--check", "/dev/zero")),
                            ("no folder to write to", ("--output", os.path.join(folder, "no", "x"))),
                            ("a folder as --output", ("--output", folder)),
                            ("an unknown option", ("--chek", results))]:
@@ -576,7 +628,7 @@ class CommandLineTests(unittest.TestCase):
                 mock.patch.object(os, "replace", side_effect=OSError(28, "No space left")):
             self.assertEqual(command_line("--output", output)[0], 2)
             self.assertEqual(json.loads(pathlib.Path(output).read_text("utf-8")), changed)
-            self.assertEqual(os.listdir(folder), ["out.json"])
+            self.assertEqual(sorted(os.listdir(folder)), ["deep.json", longest])
         with self.subTest("3: a scenario that fails, named with its step"):
             broken = Scenario("broken", True, "no tick after the last",
                               (Step("A", Action.ACQUIRE, tick=2**63 - 1, ttl=1),))
@@ -586,15 +638,19 @@ class CommandLineTests(unittest.TestCase):
                              ("broken", "step 0 (A acquire at tick 9223372036854775807)"))
             with mock.patch.object(run_experiment, "run_scenarios", side_effect=failed.exception):
                 self.assertEqual(command_line("--check", results)[0], 3)
-        for moment, where in [("awaiting a report", (run_experiment, "_report")),
-                              ("starting a worker", (SPAWN.Process, "start"))]:
-            with self.subTest(f"130: Ctrl-C {moment} stops the workers, removes the folder"), \
-                    mock.patch.object(*where, side_effect=KeyboardInterrupt), \
+        for exit_code, moment, where, effect in [
+                (130, "Ctrl-C awaiting a report", (run_experiment, "_report"), KeyboardInterrupt),
+                (130, "Ctrl-C starting a worker", (SPAWN.Process, "start"), KeyboardInterrupt),
+                (143, "SIGTERM awaiting a report", (run_experiment, "_report"),
+                 lambda *_: os.kill(os.getpid(), signal.SIGTERM)),
+                (2, "no process to be had", (SPAWN.Process, "start"), BlockingIOError(11, "no"))]:
+            with self.subTest(f"{exit_code}: {moment} stops the workers, removes the folder"), \
+                    mock.patch.object(*where, side_effect=effect), \
                     mock.patch.object(tempfile, "tempdir", folder):
                 code, _, stderr = command_line("--output", os.path.join(folder, "x.json"))
-                self.assertEqual((code, stderr.count("\n")), (130, 1))
+                self.assertEqual((code, stderr.count("\n")), (exit_code, 1))
                 self.assertEqual(multiprocessing.active_children(), [])
-                self.assertEqual(os.listdir(folder), ["out.json"])
+                self.assertEqual(sorted(os.listdir(folder)), ["deep.json", longest])
 
 
 if __name__ == "__main__":

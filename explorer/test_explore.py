@@ -222,18 +222,12 @@ def run(folder: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 DEFERRED_BEGIN = ('connection.execute("BEGIN IMMEDIATE")', 'connection.execute("BEGIN")')
 READ_BEFORE_GRANT = (
-    ("        with self._transaction() as connection:\n"
-    "            row = _load(connection, resource)\n"),
-    ("        with self._transaction(write=False) as connection:\n"
-    "            row = _load(connection, resource)\n"
-    "        with self._transaction() as connection:\n"))
-STALE_RELEASE = (
-    ("        with self._transaction() as connection:\n"
-    "            _current(connection, lease, None)\n"
-    "            connection.execute(\"UPDATE leases SET holder = NULL WHERE resource = ?\",\n"),
-    ("        with self._transaction(write=False) as connection:\n"
-    "            _current(connection, lease, None)\n"
-    "            connection.execute(\"UPDATE leases SET holder = NULL WHERE resource = ?\",\n"))
+    ("        def grant(connection: sqlite3.Connection) -> Lease:\n"
+     "            row = _load(connection, resource)\n"),
+    ("        early = self._transaction(lambda c: _load(c, resource), write=False)\n"
+     "        def grant(connection: sqlite3.Connection) -> Lease:\n"
+     "            row = early\n"))
+STALE_RELEASE = ("        self._transaction(clear)\n", "        self._transaction(clear, write=False)\n")
 SAVEPOINT = ('connection.execute("BEGIN IMMEDIATE")', 'connection.execute("SAVEPOINT s")',
              'connection.execute("COMMIT")', 'connection.execute("RELEASE s")')
 SPLIT_GRANT = (("            lease = Lease(resource, holder, row.epoch + 1 if row else 1, "
