@@ -52,8 +52,8 @@ from leases import Lease, LeaseAuthority, LeaseError, Outcome, Receiver
 from run_experiment import (
     RESOURCE,
     Action,
-    Event,
     Step,
+    StepResult,
     Write,
     judge,
     perform,
@@ -111,8 +111,8 @@ def classes(write: Write) -> list[bool]:
     return [cls.rule(write) for cls in CLASSES]
 
 
-def _event(data: dict[str, Any]) -> Event:
-    return Event(**{**data, "action": Action(data["action"])})
+def _event(data: dict[str, Any]) -> StepResult:
+    return StepResult(**{**data, "action": Action(data["action"])})
 
 
 # --- data: a bound, the places answers come from, and the record of a schedule ---
@@ -554,7 +554,7 @@ def played(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
     authority: Any = objects[0]
     receivers = [_AtTick(o, step.tick) if isinstance(o, AskingReceiver) else o
                  for o in objects[1:]]
-    events: list[Event] = []
+    events: list[StepResult] = []
     kept = held
     try:
         kept, first = perform(step, held, authority, receivers[0], resource)
@@ -573,9 +573,9 @@ def played(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
     return kept, tuple(tuple(event.as_json().get(key) for key in _KEYS) for event in events)
 
 
-def _raised(step: Step, exc: BaseException, path: str) -> Event:
+def _raised(step: Step, exc: BaseException, path: str) -> StepResult:
     text = str(exc).replace(os.path.dirname(path) + os.sep, "")  # the same in every folder
-    return Event.of(step, f"raised {type(exc).__name__}: {text}")
+    return StepResult.of(step, f"raised {type(exc).__name__}: {text}")
 
 
 # --- the search: schedules counted by state, each call played once per content ---
