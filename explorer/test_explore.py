@@ -238,7 +238,8 @@ SPLIT_GRANT = (("            lease = Lease(resource, holder, row.epoch + 1 if ro
                "            connection.execute('BEGIN IMMEDIATE')\n"))
 FENCE_GREATER_OR_EQUAL = ("if stored is None or epoch > stored[0]:",
                           "if stored is None or epoch >= stored[0]:")
-LIVE_AT_EXPIRY = ("    return now < expires_at", "    return now <= expires_at")
+LIVE_AT_EXPIRY = ('    return _check_int("now", now, least=0) < _check_int(',
+                  '    return _check_int("now", now, least=0) <= _check_int(')
 GRANT_OVER_A_LIVE_LEASE = ("            if held:\n                raise LeaseHeld(held)\n", "")
 OBJECT_MEMO = ("        _check_text(\"resource\", resource)\n        _check_int(\"epoch\"",
                ("        memo = self.__dict__.setdefault('memo', {})\n"
@@ -401,9 +402,14 @@ class BreakageTests(unittest.TestCase):
 
     def test_a_transaction_left_open_fails_liveness_and_the_step_modes_lock_check(
             self) -> None:
-        folder = scratch(self, "            connection.execute(\"COMMIT\")\n",
-                         "            connection.execute(\"COMMIT\") if 'holder = NULL' not in "
-                         "str(getattr(self, '_last', '')) else None\n")
+        folder = scratch(self, "                    if write:\n"
+                         "                        connection.execute(\"COMMIT\")\n",
+                         "                    if write and 'holder = NULL' not in "
+                         "str(getattr(self, '_last', '')):\n"
+                         "                        connection.execute(\"COMMIT\")\n")
+        scratch_replace(self, folder, "                    if connection.in_transaction:",
+                        "                    if connection.in_transaction and not "
+                        "getattr(self, '_last', ''):")
         scratch_replace(self, folder, "            connection.execute(\"UPDATE leases SET holder "
                         "= NULL", "            self._last = 'holder = NULL'\n"
                         "            connection.execute(\"UPDATE leases SET holder = NULL")
