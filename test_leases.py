@@ -251,14 +251,10 @@ class AuthorityTests(unittest.TestCase):
         new = authority.acquire(RESOURCE, "A", now=10, ttl=10)  # A again: the holder, not the epoch
         impostor = Lease(RESOURCE, "C", new.epoch, new.expires_at)  # the epoch, not the holder
         for lease in (old, impostor):
-            for attempt in ("renew", "release"):
-                with self.subTest(lease=lease, attempt=attempt):
-                    with self.assertRaises(LeaseLost) as lost:
-                        if attempt == "renew":
-                            authority.renew(lease, now=11, ttl=1)
-                        else:
-                            authority.release(lease)
-                    self.assertEqual(lost.exception.current, new)
+            for attempt in (lambda lease: authority.renew(lease, now=11, ttl=1), authority.release):
+                with self.subTest(lease=lease, attempt=attempt), self.assertRaises(LeaseLost) as lost:
+                    attempt(lease)
+                self.assertEqual(lost.exception.current, new)
         self.assertEqual(authority.current(RESOURCE, now=11), new)  # untouched
         authority.release(new)
         with self.assertRaises(LeaseLost):
