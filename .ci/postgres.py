@@ -12,9 +12,9 @@ socket only, stopped and removed at the end.  Then:
   marked to wait for another session's row lock is seen waiting in pg_locks before the next
   step is sent (a handshake on the server's own state, never a sleep); any other step fails as
   soon as it waits, unless it is to end in a lock error (40P01, 55P03);
-- at each seed, 4 psql processes at once send random writes under each isolation level, and as
-  lone statements (statement pooling); each records its answer and a number drawn while it holds
-  the row's lock.
+- at each seed, 8 psql processes at once send random writes to the same rows, 2 under each
+  isolation level and 2 as lone statements (statement pooling); each records its answer and a
+  number drawn while it holds the row's lock.
 Every answer must be the one its step names and leases.Receiver's (.ci/answers.py) after the
 writes committed before it; every error the SQLSTATE its step names.  Exit 0 when all agree, 1
 with the reason otherwise (the server's log when it cannot start), 2 for a bad argument, 130 on
@@ -147,8 +147,10 @@ SCENARIOS = [
         A: fenced_write('r', 2, 1, 'x')  -- applied
         A: BEGIN
         A: fenced_write('r', 1, 1, 'y')  -- stale
-        B: SET lock_timeout = '10ms'
+        B: BEGIN
+        B: SET LOCAL lock_timeout = '10ms'
         B: fenced_write('r', 3, 1, 'z')  -- 55P03
+        B: ROLLBACK
         A: COMMIT
         B: fenced_write('r', 3, 1, 'z')  -- applied"""),
     Scenario("two sessions writing two rows in one order do not deadlock", """
@@ -175,6 +177,7 @@ SCENARIOS = [
         B: fenced_write('s', 4, 1, 'b')  -- stale
         A: fenced_write('s', 4, 1, 'a')  -- waits for B, then stale
         B: fenced_write('r', 4, 1, 'b')  -- 40P01
+        B: SELECT 1  -- 25P02
         B: ROLLBACK
         A: COMMIT"""),
     # Use READ COMMITTED, the default ...
@@ -195,10 +198,12 @@ SCENARIOS = [
         A: fenced_write('r', 1, 1, 10.005)  -- replay
         A: fenced_write('r', 1, 1, 10.004)  -- conflict
         A: fenced_write('r', 2, 1, 10.004)  -- applied
-        A: fenced_write('r', 2, 1, 9.995)  -- replay""", "amounts"),
+        A: fenced_write('r', 2, 1, 9.995)  -- replay
+        A: SELECT 10.005::numeric(12,2)  -- 10.01""", "amounts"),
     Scenario("a temporary table named fenced takes no write", """
         B: fenced_write('r', 2, 1, 'x')  -- applied
         A: CREATE TEMPORARY TABLE fenced (LIKE public.fenced INCLUDING ALL)
+        A: SELECT count(*) FROM fenced  -- 0
         A: fenced_write('r', 1, 1, 'y')  -- stale
         A: fenced_write('r', 3, 1, 'z')  -- applied
         A: SELECT count(*) FROM pg_temp.fenced  -- 0
@@ -256,15 +261,18 @@ for level in ("REPEATABLE READ", "SERIALIZABLE"):
                 A: {mine}  -- {answer}
                 A: COMMIT""")]
     SCENARIOS += [
-        Scenario(f"{level}: waiting for a writer that commits: 40001", f"""
+        Scenario(f"{level}: waiting for a writer that commits: 40001, the whole transaction "
+                 "rolled back", f"""
             B: fenced_write('r', 1, 1, 'x')  -- applied
             A: BEGIN ISOLATION LEVEL {level}
-            A: SELECT 1  -- 1
+            A: fenced_write('s', 1, 1, 'x')  -- applied
             B: BEGIN
             B: fenced_write('r', 2, 1, 'y')  -- applied
             A: fenced_write('r', 1, 1, 'x')  -- waits for B, then 40001
             B: COMMIT
-            A: ROLLBACK"""),
+            A: SELECT 1  -- 25P02
+            A: ROLLBACK
+            B: fenced_write('s', 1, 1, 'y')  -- applied"""),
         Scenario(f"{level}: waiting for a writer that rolls back: the row as it stays", f"""
             B: fenced_write('r', 1, 1, 'x')  -- applied
             A: BEGIN ISOLATION LEVEL {level}
@@ -324,14 +332,21 @@ def steps(scenario: Scenario, number: int) -> list[Step]:
 
 
 def arguments(text: str) -> Write:
-    """The write of `fenced_write(text)`: 'quoted' is text, 1.5 numeric, NULL is None."""
-    values = [None if token == "NULL" else token[1:-1].replace("''", "'")
-              if token.startswith("'") else decimal.Decimal(token) if "." in token
-              else int(token) for token in LITERAL.findall(text)]
-    resource, epoch, sequence, value = values
-    assert isinstance(resource, str) and isinstance(epoch, int) and isinstance(sequence, int)
-    assert not isinstance(value, int), text
-    return resource, epoch, sequence, value
+    """The write of `fenced_write(text)`."""
+    match [parsed(token) for token in LITERAL.findall(text)]:
+        case [str(resource), int(epoch), int(sequence),
+              (str() | decimal.Decimal() | None) as value]:
+            return resource, epoch, sequence, value
+    raise Failed(f"not a write: fenced_write({text})")
+
+
+def parsed(token: str) -> object:
+    """An SQL literal's value: 'quoted' is text, 10.005 numeric, NULL None."""
+    if token == "NULL":
+        return None
+    if token.startswith("'"):
+        return token[1:-1].replace("''", "'")
+    return decimal.Decimal(token) if "." in token else int(token)
 
 
 def literal(value: Value) -> str:
@@ -672,10 +687,10 @@ def check(folder: str, readme: pathlib.Path, seeds: list[int]) -> None:
             say(f"{number}. {scenario.claim}")
     finally:
         sessions.close()
-    say(f"the {len(SCENARIOS)} scenarios: each step as expected; each of their "
-        f"{agree(answered, 'the scenarios')} answers leases.Receiver's")
-    run(folder, "postgres", "CREATE SEQUENCE lock_order; CREATE TABLE decisions (n bigint, "
-                            "resource text, epoch bigint, sequence bigint, value text, answer text)")
+    agree(answered, "the scenarios")
+    say(f"the {len(SCENARIOS)} scenarios: each step as expected, each answer leases.Receiver's")
+    run(folder, "postgres", "CREATE SEQUENCE lock_order; CREATE TABLE decisions (n bigint,"
+        " resource text, epoch bigint, sequence bigint, value text, answer text)")
     for seed in seeds:
         say(f"seed {seed}: {SESSIONS} sessions at once, {SESSIONS // len(MODES)} in each mode: "
             f"{at_once(folder, seed)}; each answer leases.Receiver's")
