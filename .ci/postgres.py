@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import NoReturn
 
 import answers  # beside this file
 
@@ -49,6 +50,7 @@ SEEDS, SESSIONS, WRITES = (1, 2, 3), 8, 30
 CALL = re.compile(r"^SELECT fenced_write\((.*)\);\s*-- (\w+)$", re.MULTILINE)
 LOCK_ERRORS = ("40P01", "55P03")  # deadlock_detected, lock_not_available: each waits first
 END = "--end-of-reply"  # what psql echoes after each statement, with the statement's SQLSTATE
+PSQLS: "list[subprocess.Popen[str] | subprocess.Popen[bytes]]" = []  # each ended at exit
 
 
 class Failed(Exception):
@@ -132,10 +134,13 @@ SCENARIOS = [
         A: fenced_write('r', 1, 1, 'x')  -- applied
         B: fenced_write('r', 1, 1, 'y')  -- waits for A, then applied
         A: ROLLBACK"""),
-    Scenario("a holder's own sequence 1, after its sequence 2: stale", """
+    Scenario("a holder's own sequence 1 after its sequence 2: stale; after done: done", """
         A: fenced_write('r', 3, 1, 'running')  -- applied
         A: fenced_write('r', 3, 2, 'paid')  -- applied
-        A: fenced_write('r', 3, 1, 'running')  -- stale"""),
+        A: fenced_write('r', 3, 1, 'running')  -- stale
+        A: fenced_write('r', 3, 3, 'done')  -- applied
+        A: fenced_write('r', 3, 1, 'running')  -- done
+        A: fenced_write('r', 3, 3, 'done')  -- replay"""),
     # Inside a larger transaction ...
     Scenario("applied is provisional: a later error in its transaction rolls it back", """
         A: BEGIN
@@ -520,6 +525,7 @@ class Session:
         self.process = subprocess.Popen(
             [tool("psql"), "-X", "-q", "-At", "-h", folder, "-U", "postgres", "-d", database],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        PSQLS.append(self.process)
         self.buffered = b""
         self.send("SELECT pg_backend_pid()")
         self.pid = self.reply()[0]
@@ -551,10 +557,6 @@ class Session:
         self.buffered = rest.encode()
         return output.strip(), sqlstate
 
-    def close(self) -> None:
-        self.process.kill()
-        self.process.communicate()
-
 
 class Sessions:
     """Sessions by database and name, kept from one scenario to the next, and an observer."""
@@ -583,10 +585,6 @@ class Sessions:
                 if session.reply()[1] != "00000":
                     raise Failed(f"session {name}: DISCARD ALL fails: still in a transaction")
 
-    def close(self) -> None:
-        for session in self.open.values():
-            session.close()
-
 
 def tool(name: str) -> str:
     """PostgreSQL's program `name`, from PATH or Debian's folder; installs it if missing."""
@@ -612,10 +610,12 @@ def psql(folder: str, database: str, script: str, *options: str) -> "subprocess.
     """psql running `script`, from a file: started, not waited for."""
     with tempfile.NamedTemporaryFile("w", suffix=".sql", dir=folder, delete=False) as file:
         file.write(script)
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [tool("psql"), "-X", "-q", "-At", *options, "-h", folder, "-U", "postgres", "-d",
          database, "-f", file.name], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
+    PSQLS.append(process)
+    return process
 
 
 def run(folder: str, database: str, script: str) -> str:
@@ -679,14 +679,10 @@ def check(folder: str, readme: pathlib.Path, seeds: list[int]) -> None:
         shown += agree(calls, f"README's sql block {number}")
     say(f"recipes/fence.sql runs on 3 tables; README's {len(blocks)} sql block(s): {shown} "
         "answers as shown")
-    sessions = Sessions(folder)
-    try:
-        answered = []
-        for number, scenario in enumerate(SCENARIOS, 1):
-            answered += play(number, scenario, sessions)
-            say(f"{number}. {scenario.claim}")
-    finally:
-        sessions.close()
+    sessions, answered = Sessions(folder), []
+    for number, scenario in enumerate(SCENARIOS, 1):
+        answered += play(number, scenario, sessions)
+        say(f"{number}. {scenario.claim}")
     agree(answered, "the scenarios")
     say(f"the {len(SCENARIOS)} scenarios: each step as expected, each answer leases.Receiver's")
     run(folder, "postgres", "CREATE SEQUENCE lock_order; CREATE TABLE decisions (n bigint,"
@@ -696,12 +692,19 @@ def check(folder: str, readme: pathlib.Path, seeds: list[int]) -> None:
             f"{at_once(folder, seed)}; each answer leases.Receiver's")
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not the usage too
+        self.exit(USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = Parser(description=__doc__.split("\n")[0])
     parser.add_argument("readme", nargs="?", type=pathlib.Path, default=ROOT / "README.md")
     parser.add_argument("--seed", type=int, action="append", help="a seed of the random writes "
                         f"(again for more; default: {', '.join(map(str, SEEDS))})")
     options = parser.parse_args(argv)
+    if not options.readme.is_file():
+        parser.error(f"no file {str(options.readme)!r}")
     # as root, in /tmp: the server runs as `postgres`, which may not enter a private TMPDIR
     folder = tempfile.mkdtemp(prefix="postgres-", dir="/tmp" if os.geteuid() == 0 else None)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` cleans up
@@ -714,6 +717,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return INTERRUPTED
     finally:
+        for process in PSQLS:
+            process.kill()
+            process.wait()
         stop(folder)
         shutil.rmtree(folder, ignore_errors=True)
 
