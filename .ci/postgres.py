@@ -235,35 +235,30 @@ SCENARIOS = [
 # Under REPEATABLE READ and SERIALIZABLE, whatever a write would answer (the row as B leaves
 # it), and whether B wrote the row after A's snapshot (the first statement, here SELECT 1) or
 # before it.
-WOULD_ANSWER = [  # answer, the row before, B's write, A's write
-    ("applied", "fenced_write('r', 2, 1, 'x')", "fenced_write('r', 3, 1, 'y')",
-     "fenced_write('r', 4, 1, 'a')"),
-    ("stale", "fenced_write('r', 2, 1, 'x')", "fenced_write('r', 3, 1, 'y')",
-     "fenced_write('r', 2, 1, 'b')"),
-    ("replay", "fenced_write('r', 2, 1, 'x')", "fenced_write('r', 3, 1, 'y')",
-     "fenced_write('r', 3, 1, 'y')"),
-    ("conflict", "fenced_write('r', 2, 1, 'x')", "fenced_write('r', 3, 1, 'y')",
-     "fenced_write('r', 3, 1, 'z')"),
-    ("done", "fenced_write('r', 2, 1, 'x')", "fenced_write('r', 3, 1, 'done')",
-     "fenced_write('r', 4, 1, 'a')"),
-    ("replay", "", "fenced_write('r', 1, 1, 'y')", "fenced_write('r', 1, 1, 'y')")]  # new row
+WOULD_ANSWER = [  # answer; the row before, B's write, A's write: fenced_write('r', ...)
+    ("applied", "2, 1, 'x'", "3, 1, 'y'", "4, 1, 'a'"),
+    ("stale", "2, 1, 'x'", "3, 1, 'y'", "2, 1, 'b'"),
+    ("replay", "2, 1, 'x'", "3, 1, 'y'", "3, 1, 'y'"),
+    ("conflict", "2, 1, 'x'", "3, 1, 'y'", "3, 1, 'z'"),
+    ("done", "2, 1, 'x'", "3, 1, 'done'", "4, 1, 'a'"),
+    ("replay", "", "1, 1, 'y'", "1, 1, 'y'")]  # a new row
 
 for level in ("REPEATABLE READ", "SERIALIZABLE"):
     for answer, before, other, mine in WOULD_ANSWER:
-        seeded = f"B: {before}  -- applied" if before else ""
+        seeded = f"B: fenced_write('r', {before})  -- applied" if before else ""
         SCENARIOS += [
             Scenario(f"{level}: {answer}, the row written after SELECT 1: 40001", f"""
                 {seeded}
                 A: BEGIN ISOLATION LEVEL {level}
                 A: SELECT 1  -- 1
-                B: {other}  -- applied
-                A: {mine}  -- 40001
+                B: fenced_write('r', {other})  -- applied
+                A: fenced_write('r', {mine})  -- 40001
                 A: ROLLBACK"""),
             Scenario(f"{level}: {answer}, the row written before the first statement", f"""
                 {seeded}
                 A: BEGIN ISOLATION LEVEL {level}
-                B: {other}  -- applied
-                A: {mine}  -- {answer}
+                B: fenced_write('r', {other})  -- applied
+                A: fenced_write('r', {mine})  -- {answer}
                 A: COMMIT""")]
     SCENARIOS += [
         Scenario(f"{level}: waiting for a writer that commits: 40001, the whole transaction "
@@ -481,7 +476,7 @@ def at_once(folder: str, seed: int) -> str:
         for index in range(WRITES):
             resource = chosen.choice(["once-0", "once-1", "jobs-0", "jobs-1"])
             sequence = 1 if resource.startswith("once") else chosen.randrange(1, 4)
-            epoch = index // 5 + chosen.randrange(1, 4)  # rising, as the sessions go on
+            epoch = index // 10 + chosen.randrange(1, 3)  # rising, as the sessions go on
             value = "done" if sequence == 3 and chosen.random() < .2 else chosen.choice("ab")
             given: Write = (f"{seed}-{resource}", epoch, sequence, value)
             snapshot = "SELECT 1 AS snapshot \\gset\n" if before and chosen.random() < .5 else ""
@@ -512,6 +507,38 @@ def at_once(folder: str, seed: int) -> str:
     counted = collections.Counter(call[4] for call in calls)
     return (f"{', '.join(f'{count} {answer}' for answer, count in sorted(counted.items()))}; "
             f"40001 {len(refused)} times ({', '.join(sorted(set(refused))) or 'none'})")
+
+
+def check(folder: str, readme: pathlib.Path, seeds: list[int]) -> None:
+    blocks = re.findall(r"^```sql\n(.*?)^```", readme.read_text(encoding="utf-8"),
+                        re.MULTILINE | re.DOTALL)
+    fence = FENCE.read_text(encoding="utf-8")
+    start(folder)
+    for database, table in TABLES.items():
+        if database != "postgres":
+            run(folder, "postgres", f"CREATE DATABASE {database}")
+        run(folder, database, f"{table};\n{fence}" if table else fence)
+    shown = 0
+    for number, block in enumerate(blocks, 1):
+        said = run(folder, "postgres", block).split()
+        calls = [modelled(arguments(given), answer) for given, answer in CALL.findall(block)]
+        if said != [call[4] for call in calls]:
+            raise Failed(f"README's sql block {number} prints {said}, not "
+                         f"{[call[4] for call in calls]}")
+        shown += agree(calls, f"README's sql block {number}")
+    say(f"recipes/fence.sql runs on 3 tables; README's {len(blocks)} sql block(s): {shown} "
+        "answers as shown")
+    sessions, answered = Sessions(folder), []
+    for number, scenario in enumerate(SCENARIOS, 1):
+        answered += play(number, scenario, sessions)
+        say(f"{number}. {scenario.claim}")
+    agree(answered, "the scenarios")
+    say(f"the {len(SCENARIOS)} scenarios: each step as expected, each answer leases.Receiver's")
+    run(folder, "postgres", "CREATE SEQUENCE lock_order; CREATE TABLE decisions (n bigint,"
+        " resource text, epoch bigint, sequence bigint, value text, answer text)")
+    for seed in seeds:
+        say(f"seed {seed}: {SESSIONS} sessions at once, {SESSIONS // len(MODES)} in each mode: "
+            f"{at_once(folder, seed)}; each answer leases.Receiver's")
 
 
 # --- plumbing ---
@@ -658,38 +685,6 @@ def say(line: str) -> None:
         print(f"postgres: {line}", flush=True)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def check(folder: str, readme: pathlib.Path, seeds: list[int]) -> None:
-    blocks = re.findall(r"^```sql\n(.*?)^```", readme.read_text(encoding="utf-8"),
-                        re.MULTILINE | re.DOTALL)
-    fence = FENCE.read_text(encoding="utf-8")
-    start(folder)
-    for database, table in TABLES.items():
-        if database != "postgres":
-            run(folder, "postgres", f"CREATE DATABASE {database}")
-        run(folder, database, f"{table};\n{fence}" if table else fence)
-    shown = 0
-    for number, block in enumerate(blocks, 1):
-        said = run(folder, "postgres", block).split()
-        calls = [modelled(arguments(given), answer) for given, answer in CALL.findall(block)]
-        if said != [call[4] for call in calls]:
-            raise Failed(f"README's sql block {number} prints {said}, not "
-                         f"{[call[4] for call in calls]}")
-        shown += agree(calls, f"README's sql block {number}")
-    say(f"recipes/fence.sql runs on 3 tables; README's {len(blocks)} sql block(s): {shown} "
-        "answers as shown")
-    sessions, answered = Sessions(folder), []
-    for number, scenario in enumerate(SCENARIOS, 1):
-        answered += play(number, scenario, sessions)
-        say(f"{number}. {scenario.claim}")
-    agree(answered, "the scenarios")
-    say(f"the {len(SCENARIOS)} scenarios: each step as expected, each answer leases.Receiver's")
-    run(folder, "postgres", "CREATE SEQUENCE lock_order; CREATE TABLE decisions (n bigint,"
-        " resource text, epoch bigint, sequence bigint, value text, answer text)")
-    for seed in seeds:
-        say(f"seed {seed}: {SESSIONS} sessions at once, {SESSIONS // len(MODES)} in each mode: "
-            f"{at_once(folder, seed)}; each answer leases.Receiver's")
 
 
 class Parser(argparse.ArgumentParser):

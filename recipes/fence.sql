@@ -12,9 +12,10 @@
 -- In your transactions (README, "The fence in your own store"):
 -- - READ COMMITTED, the default: each statement reads what is committed when it starts.
 --   REPEATABLE READ and SERIALIZABLE take one snapshot, at the transaction's first statement
---   (an earlier `SELECT 1` is enough); a write to a row that another transaction wrote after it
---   fails with SQLSTATE 40001, even one that would answer 'stale' or 'replay'. Retry the whole
---   transaction: its earlier statements were rolled back too.
+--   (an earlier `SELECT 1` is enough): a write whose row another transaction changed and
+--   committed after it fails with SQLSTATE 40001, even one that would answer 'stale' or
+--   'replay' (a refused write changes nothing). Retry the whole transaction: its earlier
+--   statements were rolled back too.
 -- - Beside your own rows, 'applied' holds only if the transaction commits. The row stays locked
 --   until COMMIT or ROLLBACK, refused write or not, so a paused old holder with an open
 --   transaction holds up the new holder: keep the transaction short, or
