@@ -398,14 +398,17 @@ def play(number: int, scenario: Scenario, sessions: "Sessions") -> list[answers.
     def session(name: str) -> "Session":
         return sessions.get(scenario.database, name)
 
+    def where(index: int, step: Step) -> str:
+        return f"{scenario.claim!r}, step {index + 1} ({step.session}: {step.statement})"
+
     def settle(index: int, step: Step, output: str, sqlstate: str) -> None:
         said = output if sqlstate == "00000" else sqlstate
         if said != step.expect:
-            raise Failed(f"{scenario.claim!r}, step {index + 1} ({step.session}: "
-                         f"{step.statement}) gives {said!r}, not {step.expect!r}")
-        if sqlstate != "00000" and step.session in opened:
-            aborted.add(step.session)
-        elif step.write and sqlstate == "00000":
+            raise Failed(f"{where(index, step)} gives {said!r}, not {step.expect!r}")
+        if sqlstate != "00000":
+            if step.session in opened:
+                aborted.add(step.session)
+        elif step.write:
             opened.get(step.session, committed).append(modelled(step.write, said))
         if step.statement in ("COMMIT", "ROLLBACK"):
             kept = opened.pop(step.session)
@@ -419,7 +422,8 @@ def play(number: int, scenario: Scenario, sessions: "Sessions") -> list[answers.
             for other, (pending, waited) in list(waiting.items()):
                 if waited.waits_for == step.session:  # now it goes on
                     del waiting[other]
-                    settle(pending, waited, *reply(session(other), waited, sessions))
+                    settle(pending, waited, *reply(session(other), waited, sessions,
+                                                   where(pending, waited)))
         elif step.statement.startswith("BEGIN"):
             opened[step.session] = []
 
@@ -428,10 +432,11 @@ def play(number: int, scenario: Scenario, sessions: "Sessions") -> list[answers.
             raise Failed(f"{scenario.claim!r}, step {index + 1}: {step.session} still waits")
         session(step.session).send(step.statement)
         if step.waits_for:
-            wait(session(step.session), session(step.waits_for), sessions, step)
+            wait(session(step.session), session(step.waits_for), sessions, where(index, step))
             waiting[step.session] = index, step
         else:
-            settle(index, step, *reply(session(step.session), step, sessions))
+            settle(index, step, *reply(session(step.session), step, sessions,
+                                       where(index, step)))
     if opened or waiting:
         raise Failed(f"{scenario.claim!r} ends with {sorted({*opened, *waiting})} in a "
                      "transaction")
@@ -439,29 +444,28 @@ def play(number: int, scenario: Scenario, sessions: "Sessions") -> list[answers.
     return committed + rolled_back
 
 
-def reply(session: "Session", step: Step, sessions: "Sessions") -> tuple[str, str]:
+def reply(session: "Session", step: Step, sessions: "Sessions", where: str) -> tuple[str, str]:
     """The step's output and SQLSTATE.  A step that waits for a lock fails at once, unless it is
     to end in a lock error."""
     deadline = time.monotonic() + BOUND
     while not session.arrived(POLL):
         holders = sessions.blocking(session)
         if holders and step.expect not in LOCK_ERRORS:
-            raise Failed(f"{step.statement!r} waits for the lock of {', '.join(holders)}")
+            raise Failed(f"{where} waits for the lock of {', '.join(holders)}")
         if time.monotonic() > deadline:
-            raise Failed(f"{step.statement!r}: no reply in {BOUND:g} s")
+            raise Failed(f"{where}: no reply in {BOUND:g} s")
     return session.reply()
 
 
-def wait(session: "Session", holder: "Session", sessions: "Sessions", step: Step) -> None:
+def wait(session: "Session", holder: "Session", sessions: "Sessions", where: str) -> None:
     """Return once `session` waits for `holder`'s lock, as pg_locks shows it."""
     deadline = time.monotonic() + BOUND
     while holder.name not in sessions.blocking(session):
         if session.arrived(POLL):
-            raise Failed(f"{step.statement!r} gives {session.reply()} without waiting for "
-                         f"{holder.name}")
+            said, sqlstate = session.reply()
+            raise Failed(f"{where} gives {said or sqlstate!r} without waiting for {holder.name}")
         if time.monotonic() > deadline:
-            raise Failed(f"{step.statement!r}: not seen waiting for {holder.name} in "
-                         f"{BOUND:g} s")
+            raise Failed(f"{where}: not seen waiting for {holder.name} in {BOUND:g} s")
 
 
 def at_once(folder: str, seed: int) -> str:
@@ -472,7 +476,8 @@ def at_once(folder: str, seed: int) -> str:
     for number in range(SESSIONS):
         mode = list(MODES)[number % len(MODES)]
         before, after = MODES[mode]
-        chosen, lines = random.Random(f"{seed} {number}"), ["\\set n 0\n\\set answer ''\n"]
+        chosen = random.Random(f"{seed} {number}")
+        lines = ["\\set n 0\n\\set answer ''\n"]  # set even before a first write fails
         for index in range(WRITES):
             resource = chosen.choice(["once-0", "once-1", "jobs-0", "jobs-1"])
             sequence = 1 if resource.startswith("once") else chosen.randrange(1, 4)
@@ -504,7 +509,7 @@ def at_once(folder: str, seed: int) -> str:
         raise Failed(f"seed {seed}: {len(calls)} answers and {len(refused)} 40001, not "
                      f"{SESSIONS * WRITES} writes")
     agree(calls, f"seed {seed}")
-    counted = collections.Counter(call[4] for call in calls)
+    counted = collections.Counter(answer for *_, answer in calls)
     return (f"{', '.join(f'{count} {answer}' for answer, count in sorted(counted.items()))}; "
             f"40001 {len(refused)} times ({', '.join(sorted(set(refused))) or 'none'})")
 
