@@ -42,17 +42,18 @@ import sqlite3
 import sys
 import tempfile
 from multiprocessing import resource_tracker
-from typing import Any
+from typing import IO, Any
 
 sys.path.insert(1, str(pathlib.Path(__file__).resolve().parent.parent))  # leases.py
-import fence  # noqa: E402
-import worker  # noqa: E402
-from leases import Lease, LeaseAuthority, LeaseError, LeaseHeld  # noqa: E402
+import fence
+import worker
+
+from leases import Lease, LeaseAuthority, LeaseError, LeaseHeld
 
 __all__ = ["Fault", "judge", "main", "plan", "run_pool"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-BOUND = float(os.environ.get("POOL_BOUND", 60))  # seconds a worker may stay silent: a hang, never an order
+BOUND = 60.0  # seconds a worker may stay silent: a hang, never an order
 LONG = 2 * worker.TTL  # steps of every tenth job's work
 STORE_STEPS = ("look", "acquire", "write running", "renew", "write done", "release")
 COMMITS = ("acquire", "write running", "renew", "write done", "release")
@@ -189,9 +190,9 @@ class Jobs(sqlite3.Connection):
     link: Link
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-        if not self.in_transaction and sql.startswith("SELECT value FROM fenced"):
-            if self.link.at("look", parameters[0]) == "locked":
-                raise sqlite3.OperationalError("database is locked (injected)")
+        if (not self.in_transaction and sql.startswith("SELECT value FROM fenced")
+                and self.link.at("look", parameters[0]) == "locked"):
+            raise sqlite3.OperationalError("database is locked (injected)")
         return super().execute(sql, parameters)
 
 
@@ -274,8 +275,8 @@ class Pool:
     worker has ended."""
 
     def __init__(self, folder: str, workers: int, jobs: int, faults: list[Fault],
-                 blind: bool) -> None:
-        self.folder, self.blind, self.faults = folder, blind, faults
+                 blind: bool, progress: IO[str] | None) -> None:
+        self.folder, self.blind, self.faults, self.progress = folder, blind, faults, progress
         self.jobs = [f"job-{number:0{len(str(jobs))}}" for number in range(1, jobs + 1)]
         self.jobs_file = os.path.join(folder, "jobs.sqlite3")
         with contextlib.closing(sqlite3.connect(self.jobs_file, isolation_level=None)) as db:
@@ -297,9 +298,14 @@ class Pool:
         self.injected: dict[str, list[str]] = collections.defaultdict(list)
         self.done: set[str] = set()
         self.heard: set[str] = set()  # the workers heard since the clock last moved
+        self.stops: list[Process] = []  # the stopped workers, longest stopped first
         resource_tracker.ensure_running()  # now: starting it later unblocks Ctrl-C here
         for _ in range(workers):
             self.start()
+
+    def say(self, text: str) -> None:
+        if self.progress is not None:
+            print(f"pool: tick {self.now()}: {text}", file=self.progress, flush=True)
 
     def now(self) -> int:
         return int(self.tick.value)
@@ -402,8 +408,8 @@ class Pool:
             return
         fault.times -= 1
         self.injected[job].append(f"{fault.kind} at {step}")
-        print(f"pool: tick {self.now()}, {len(self.done)} of {len(self.jobs)} done: "
-              f"{fault.kind} {one.name} at {step} of {job}", file=sys.stderr)
+        self.say(f"{len(self.done)} of {len(self.jobs)} done: {fault.kind} {one.name} at {step} "
+                 f"of {job}")
         if fault.kind == "kill":
             one.process.kill()
             one.process.join(BOUND)
@@ -413,6 +419,7 @@ class Pool:
             os.kill(one.process.pid, signal.SIGSTOP)  # its answer waits until it goes on
             self.move_clock(expires_at)
             one.stopped = (job, fault.resume, epoch)
+            self.stops.append(one)
         elif fault.kind == "jump":
             self.move_clock(self.now() + fault.ticks)
             one.pipe.send("go")
@@ -426,9 +433,11 @@ class Pool:
         for one in self.processes:
             if one.stopped and one is not by and one.stopped[1] in resumes and (
                     job is None or (job == one.stopped[0] and epoch > one.stopped[2])):
-                self.go_on(one)
+                self.go_on(one, f"{one.stopped[0]} {one.stopped[1]}")
 
-    def go_on(self, one: Process) -> None:
+    def go_on(self, one: Process, why: str) -> None:
+        self.say(f"{one.name} goes on ({why})")
+        self.stops.remove(one)
         one.stopped = None
         one.pipe.send("go")  # read once it runs again
         os.kill(one.process.pid, signal.SIGCONT)
@@ -460,10 +469,8 @@ class Pool:
                     one.pipe.send(one.job)
             if any(one.running() and not one.idle for one in self.processes):
                 return  # a busy worker will say more
-            stopped = [one for one in self.processes if one.stopped]
-            if stopped or self.pending:  # every worker not stopped waits: they go on
-                for one in stopped:
-                    self.go_on(one)
+            if self.stops:  # every worker not stopped waits: the longest stopped goes on
+                self.go_on(self.stops[0], "no other worker is busy")
                 return
             live = [lease for job in self.jobs
                     if (lease := self.authority.current(job, now=self.now()))]
@@ -476,22 +483,24 @@ class Pool:
 
     def drain(self) -> None:
         """Every job done, no lease live: no more faults, and every worker asked to end."""
-        print(f"pool: tick {self.now()}, every job done and no lease live: the workers end",
-              file=sys.stderr)
+        self.say("every job done and no lease live: the workers end")
         self.draining = True
+        while self.stops:
+            self.go_on(self.stops[0], "the pool ends")
         for one in self.processes:
             if one.idle and not one.ended:
                 one.idle = False
                 one.pipe.send(None)
 
 
-def run_pool(workers: int, jobs: int, faults: list[Fault], blind: bool) -> dict[str, Any]:
+def run_pool(workers: int, jobs: int, faults: list[Fault], blind: bool,
+             progress: IO[str] | None = sys.stderr) -> dict[str, Any]:
     """One run in a temporary folder of its own; what it did, and the judge's findings."""
     planned = sum(fault.times for fault in faults)
     folder = tempfile.mkdtemp(prefix="pool-")
     pool = None
     try:
-        pool = Pool(folder, workers, jobs, faults, blind)
+        pool = Pool(folder, workers, jobs, faults, blind, progress)
         pool.run()
         return {"jobs": pool.jobs, "grants": pool.grants, "runs": pool.runs,
                 "answers": pool.answers, "injected": pool.injected, "tick": pool.now(),

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from fence import fenced_write
+
 from leases import Lease, LeaseAuthority, LeaseError, LeaseHeld, LeaseLost
 
 __all__ = ["TRIES", "TTL", "GaveUp", "look", "open_jobs", "work"]
