@@ -30,9 +30,9 @@ ANSWER = """SELECT CASE WHEN changes() = 1 THEN 'applied'
 
 
 def fenced_write(db: sqlite3.Connection, write: dict[str, object]) -> str:
-    """Write {resource, epoch, sequence, value} through the fence; its answer.  `db` is opened
-    with isolation_level=None and is outside a transaction: this one is the write's own, rolled
-    back whatever interrupts it (a Ctrl-C too), so none is ever left open."""
+    """The answer to one write {resource, epoch, sequence, value}, in a transaction of its own:
+    `db` is opened with isolation_level=None and outside any transaction.  Whatever interrupts
+    it, a Ctrl-C too, the transaction is rolled back: none is left open."""
     if db.in_transaction:  # never roll back, nor commit, a transaction of the caller's
         raise ValueError("fenced_write needs a connection outside any transaction")
     try:
