@@ -5,18 +5,18 @@
 The coordinator (this process) spawns the workers and owns the clock, a multiprocessing.Value
 they read.  A worker tells the coordinator of each step (a look, a call to the authority, a
 write, a step of the work) on a pipe and waits for its answer: go on, or a fault.  The clock
-moves one tick each round, once every busy worker has sent a message: every tenth job's work
-lasts twice the ttl.  The coordinator
-offers a job again only when it is not done, no live lease holds it and no running worker has
-it in hand; it stops once every job is done and no lease is live, then lets any stopped worker
-go on and waits for every worker to end.
+moves one tick a round, once every busy worker has sent a message since the last, so a worker
+the machine keeps waiting sees no time pass without it; when every worker waits, it moves to
+the next expiry.  Every tenth job's work lasts twice the ttl.  A job is offered again only when
+it is not done, no live lease holds it and no running worker has it in hand.  The pool stops
+once every job is done and no lease is live, lets any stopped worker go on, and waits for each
+worker to end.
 
---faults injects, at steps a seeded draw picks (see `plan`): SIGKILL (the clock moves past the
-worker's lease, a new worker takes its place); SIGSTOP, the clock moved past the worker's
-lease, and SIGCONT once the job's next holder was granted, wrote, or finished it, or at once
-(one such stop is always before a write, resumed once a newer holder wrote); "database is
-locked", up to worker.TRIES times in a row; a call that commits and then raises; the clock
-jumping forward.  --blind writes without the fence: the control.
+--faults injects, at steps a draw from --seed picks (see `plan`): SIGKILL (a new worker takes
+its place); SIGSTOP, with SIGCONT once its lease has expired, or once the job's next holder was
+granted, wrote or finished it (one stop, always, is before a write and waits for a newer
+holder's write); "database is locked", up to worker.TRIES times in a row; a call that commits
+and then raises; the clock jumping forward.  --blind writes without the fence: the control.
 
 The jobs file logs every stored change, in commit order, by trigger.  From that log, after the
 run: a *lost update* is a change to a lower (epoch, sequence) than the one it replaced; a
@@ -58,7 +58,7 @@ LONG = 2 * worker.TTL  # steps of every tenth job's work
 STORE_STEPS = ("look", "acquire", "write running", "renew", "write done", "release")
 COMMITS = ("acquire", "write running", "renew", "write done", "release")
 STEPS = (*STORE_STEPS, "work")
-RESUMES = ("at once", "granted", "written", "done")  # when a stopped worker goes on
+RESUMES = ("expired", "granted", "written", "done")  # when a stopped worker goes on
 HISTORY = """CREATE TABLE history (resource TEXT, old_epoch INTEGER, old_sequence INTEGER,
   old_value TEXT, epoch INTEGER, sequence INTEGER, value TEXT);
 CREATE TRIGGER log AFTER UPDATE ON fenced BEGIN INSERT INTO history VALUES (new.resource,
@@ -242,8 +242,8 @@ def child(me: str, pipe: multiprocessing.connection.Connection, tick: Any, folde
 # --- the coordinator ---
 
 
-class Hang(Exception):
-    """No worker sent anything for BOUND seconds."""
+class Stopped(Exception):
+    """The run cannot go on: a worker ended by an exception, or none spoke for BOUND s."""
 
 
 @dataclasses.dataclass
@@ -256,7 +256,7 @@ class Process:
     job: str | None = None  # the job in hand: offered, and not yet given back
     idle: bool = False  # it asked for a job, and none was there to give
     started: bool = False  # it has sent a first message
-    stopped: tuple[str, str, int] | None = None  # (job, resume, epoch) while SIGSTOPped
+    stopped: tuple[str, str, int, int] | None = None  # (job, resume, epoch, expires_at)
     ended: bool = False
     error: str | None = None  # how it ended, if not of itself
 
@@ -311,7 +311,12 @@ class Pool:
         return int(self.tick.value)
 
     def move_clock(self, to: int) -> None:
+        """Set the clock to `to`, if later; a stopped worker waiting for its lease to expire
+        goes on once it has."""
         self.tick.value = max(self.now(), to)
+        for one in list(self.stops):
+            if one.stopped and one.stopped[1] == "expired" and self.now() >= one.stopped[3]:
+                self.go_on(one, f"its lease on {one.stopped[0]} expired")
 
     def start(self) -> None:
         name = f"w{len(self.processes) + 1}"
@@ -341,7 +346,7 @@ class Pool:
             waiting = {one.pipe: one for one in self.processes if not one.ended}
             ready = multiprocessing.connection.wait(list(waiting), timeout=BOUND)
             if not ready:
-                raise Hang(f"no worker sent anything for {BOUND:g} s (tick {self.now()}, "
+                raise Stopped(f"no worker sent anything for {BOUND:g} s (tick {self.now()}, "
                            f"{len(self.done)} of {len(self.jobs)} jobs done; "
                            + ", ".join(one.state() for one in self.processes) + ")")
             for pipe in ready:
@@ -365,8 +370,8 @@ class Pool:
         busy = {one.name for one in self.processes if one.running() and one.started
                 and not one.idle}
         if busy <= self.heard:
-            self.tick.value = self.now() + 1
             self.heard.clear()
+            self.move_clock(self.now() + 1)
 
     def handle(self, one: Process, kind: str, *detail: Any) -> None:
         if kind == "next":
@@ -397,7 +402,6 @@ class Pool:
             elif kind == "work":
                 self.runs[job] += 1
             one.pipe.send("go")
-        self.resume(None, ("at once",), 0, one)
 
     def at(self, one: Process, step: str, job: str, epoch: int, expires_at: int) -> None:
         """A worker at `step` of `job`: go on, or the first fault planned there."""
@@ -410,30 +414,28 @@ class Pool:
         self.injected[job].append(f"{fault.kind} at {step}")
         self.say(f"{len(self.done)} of {len(self.jobs)} done: {fault.kind} {one.name} at {step} "
                  f"of {job}")
-        if fault.kind == "kill":
+        if fault.kind == "kill":  # its lease expires as the others' time passes
             one.process.kill()
             one.process.join(BOUND)
-            self.move_clock(expires_at)  # past its lease: the job can be offered again
             self.ended(one, None)
         elif fault.kind == "stop":
             os.kill(one.process.pid, signal.SIGSTOP)  # its answer waits until it goes on
-            self.move_clock(expires_at)
-            one.stopped = (job, fault.resume, epoch)
+            one.stopped = (job, fault.resume, epoch, expires_at)
             self.stops.append(one)
+            self.move_clock(self.now())  # a lease expired already: it goes on at once
         elif fault.kind == "jump":
             self.move_clock(self.now() + fault.ticks)
             one.pipe.send("go")
         else:
             one.pipe.send(fault.kind)  # "locked" or "lost": the worker raises it
 
-    def resume(self, job: str | None, resumes: tuple[str, ...], epoch: int,
-               by: Process) -> None:
-        """Let go on each worker stopped at `job` (any, for None) that waits for one of
-        `resumes`, if `by` is another worker and `epoch` above the stopped one's."""
-        for one in self.processes:
+    def resume(self, job: str, resumes: tuple[str, ...], epoch: int, by: Process) -> None:
+        """Let go on each worker stopped at `job` that waits for one of `resumes`, if `by` is
+        another worker and `epoch` above the stopped one's."""
+        for one in list(self.stops):
             if one.stopped and one is not by and one.stopped[1] in resumes and (
-                    job is None or (job == one.stopped[0] and epoch > one.stopped[2])):
-                self.go_on(one, f"{one.stopped[0]} {one.stopped[1]}")
+                    job == one.stopped[0] and epoch > one.stopped[2]):
+                self.go_on(one, f"{one.stopped[0]} {one.stopped[1]} by another")
 
     def go_on(self, one: Process, why: str) -> None:
         self.say(f"{one.name} goes on ({why})")
@@ -446,8 +448,10 @@ class Pool:
         """`one` ended: of itself or killed by a fault (None), or by `error`."""
         if not one.ended:
             one.ended, one.job, one.idle, one.error = True, None, False, error
+            if error is not None and not self.draining:
+                raise Stopped(f"worker {one.name} ended by {error}")
             if not self.draining:
-                self.start()  # a new worker takes its place
+                self.start()  # killed by a fault: a new worker takes its place
 
     def offerable(self) -> list[str]:
         """The jobs to offer again: not done, no live lease, not in a running worker's hand."""
@@ -468,15 +472,15 @@ class Pool:
                     one.idle, one.job = False, self.pending.popleft()
                     one.pipe.send(one.job)
             if any(one.running() and not one.idle for one in self.processes):
-                return  # a busy worker will say more
-            if self.stops:  # every worker not stopped waits: the longest stopped goes on
-                self.go_on(self.stops[0], "no other worker is busy")
-                return
+                return  # a busy worker will say more, and time passes
             live = [lease for job in self.jobs
                     if (lease := self.authority.current(job, now=self.now()))]
-            if live:  # a lease left to expire: its worker gave up, or was killed
-                self.move_clock(max(lease.expires_at for lease in live))
+            if live:  # every worker waits: time passes to the next expiry
+                self.move_clock(min(lease.expires_at for lease in live))
                 continue
+            if self.stops:  # and none of the stopped has a live lease: the longest goes on
+                self.go_on(self.stops[0], "no other worker is busy")
+                return
             if self.offerable():
                 continue
             self.drain()
@@ -570,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
                          args.blind)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except (Hang, LeaseError, sqlite3.Error, OSError) as error:
+    except (Stopped, LeaseError, sqlite3.Error, OSError) as error:
         print(f"pool: {error}", file=sys.stderr)
         return EXIT_FAILED
     lines, failures = table(found)
