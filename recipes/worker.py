@@ -115,24 +115,24 @@ def take(authority: LeaseAuthority, job: str, me: str, clock: Callable[[], int])
 def run_job(authority: LeaseAuthority, db: sqlite3.Connection, job: str, me: str,
             clock: Callable[[], int], do: Work, write: Write) -> None:
     """One job, rules 1 to 5; GaveUp (rule 6) passes to the caller."""
-    if look(db, job) == "done":
+    if look(db, job) == "done":  # else a grant burns an epoch
         return
     lease = take(authority, job, me, clock)
     if lease is None:
-        return  # another holder's live lease: the coordinator offers the job again if need be
+        return  # another's live lease
     held = Held(authority, lease, clock)
     try:
-        if look(db, job) == "done":
+        if look(db, job) == "done":  # finished since the first look
             return
         row = {"resource": job, "epoch": lease.epoch}
-        if tried(lambda: write(db, {**row, "sequence": 1, "value": "running"})) not in (
-                "applied", "replay"):
-            return  # "done": finished; "stale" or "conflict": a newer holder has the job
+        answer = tried(lambda: write(db, {**row, "sequence": 1, "value": "running"}))
+        if answer not in ("applied", "replay"):
+            return  # "done", or a newer holder has it
         do(job, held.heartbeat)
-        if held.heartbeat():
+        if held.heartbeat():  # else another holder may be at it
             tried(lambda: write(db, {**row, "sequence": 2, "value": "done"}))
     finally:
-        held.release()
+        held.release()  # or, if that fails, it expires
 
 
 def work(queue: Iterable[str], me: str, clock: Callable[[], int], do: Work, leases: str,
