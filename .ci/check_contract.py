@@ -9,7 +9,8 @@
   A python block whose first line is "# from PATH.py" is an excerpt: its lines are in that file
   word for word, in runs split by "..." lines; the file itself runs, if a text block follows.
   ```sql blocks are PostgreSQL's, run by .ci/postgres.py.
-- Each | breakage | row of .ci/breakages.md, applied alone to a copy, fails the tests it names.
+- Each | breakage | row of .ci/breakages.md, applied alone to a copy, fails the tests it names
+  (of test_leases.py, or of recipes/test_recipes.py for a file in recipes/).
 Timeouts only catch a hang (600 s): CI never fails because the machine is slow.
 """
 
@@ -173,7 +174,8 @@ def check_breakage(line: int, cells: list[str]) -> str:
     if source.count(old) != 1:
         raise Drift(f"{label}: 'replace this' is {source.count(old)} times in {name}, not once")
     path.write_text(source.replace(old, new), encoding="utf-8")
-    status, said = run([sys.executable, "-m", "unittest", *(f"test_leases.{t}" for t in tests)],
+    module = "test_recipes" if name.startswith("recipes/") else "test_leases"
+    status, said = run([sys.executable, "-m", "unittest", *(f"{module}.{t}" for t in tests)],
                        path.parent)
     # "FAIL: test_x (test_leases.Class.test_x)" from Python 3.11, "(test_leases.Class)" before
     failed = {f"{where.split('.')[1]}.{method}" for method, where in FAILED.findall(said)}
