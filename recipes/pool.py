@@ -50,7 +50,7 @@ import worker
 
 from leases import Lease, LeaseAuthority, LeaseError, LeaseHeld
 
-__all__ = ["Fault", "judge", "main", "plan", "run_pool"]
+__all__ = ["Fault", "judge", "main", "names", "plan", "run_pool"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 BOUND = 60.0  # seconds a worker may stay silent: a hang, never an order
@@ -80,6 +80,11 @@ class Fault:
     resume: str = ""
     ticks: int = 0
     times: int = 1
+
+
+def names(jobs: int) -> list[str]:
+    """The jobs' names, job-1 to job-N, zero-padded to sort as they number."""
+    return [f"job-{number:0{len(str(jobs))}}" for number in range(1, jobs + 1)]
 
 
 def plan(jobs: list[str], seed: int) -> list[Fault]:
@@ -277,7 +282,7 @@ class Pool:
     def __init__(self, folder: str, workers: int, jobs: int, faults: list[Fault],
                  blind: bool, progress: IO[str] | None) -> None:
         self.folder, self.blind, self.faults, self.progress = folder, blind, faults, progress
-        self.jobs = [f"job-{number:0{len(str(jobs))}}" for number in range(1, jobs + 1)]
+        self.jobs = names(jobs)
         self.jobs_file = os.path.join(folder, "jobs.sqlite3")
         with contextlib.closing(sqlite3.connect(self.jobs_file, isolation_level=None)) as db:
             db.execute("PRAGMA journal_mode=WAL")
@@ -561,19 +566,25 @@ def table(found: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="pool.py", description=__doc__.split("\n\n")[0])
+    try:
+        return command(argv)
+    except KeyboardInterrupt:  # before the run, or during it: its cleanup is done
+        return EXIT_INTERRUPTED
+
+
+def command(argv: list[str] | None) -> int:
+    parser = Parser(prog="pool.py", description=__doc__.split("\n\n")[0],
+                    epilog="exit 0: no update lost, no done reverted, no job unfinished; 1: "
+                    "otherwise, each named on stderr; 2: a bad argument; 130: Ctrl-C")
     parser.add_argument("--workers", type=positive, default=5, help="worker processes (5)")
     parser.add_argument("--jobs", type=positive, default=30, help="jobs (30)")
     parser.add_argument("--faults", action="store_true", help="inject faults drawn from --seed")
     parser.add_argument("--seed", type=int, default=0, help="the draw of faults (0)")
     parser.add_argument("--blind", action="store_true", help="write without the fence")
     args = parser.parse_args(argv)
-    jobs = [f"job-{number:0{len(str(args.jobs))}}" for number in range(1, args.jobs + 1)]
+    faults = plan(names(args.jobs), args.seed) if args.faults else []
     try:
-        found = run_pool(args.workers, args.jobs, plan(jobs, args.seed) if args.faults else [],
-                         args.blind)
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        found = run_pool(args.workers, args.jobs, faults, args.blind)
     except (Stopped, LeaseError, sqlite3.Error, OSError) as error:
         print(f"pool: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -288,7 +288,7 @@ class WorkerTests(Files):
 
 class PoolTests(unittest.TestCase):
     def test_with_faults_the_fenced_pool_loses_nothing_and_the_blind_one_does(self) -> None:
-        jobs = [f"job-{number:02}" for number in range(1, 13)]
+        jobs = pool.names(12)
         for blind in (False, True):
             with self.subTest(blind=blind):
                 found = pool.run_pool(3, len(jobs), pool.plan(jobs, 7), blind, progress=None)

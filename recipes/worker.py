@@ -14,8 +14,8 @@ through the fence (fence.py), so that a holder whose lease was lost cannot undo 
   fence.TABLE and a row per job seeded at epoch 0 (value "queued").
 
 Keyword-only, for a caller that injects faults or a control: `authority` (made from `leases`),
-`connect` (opens `jobs`), `write` (fence.fenced_write).  It returns when `queue` ends, and
-raises only what the work raises: the lease is released first.
+`connect` (opens `jobs`), `write` (fence.fenced_write).  It returns when `queue` ends; an
+exception of the work's passes, once the lease is released.
 
 The rules, each written once below:
 
