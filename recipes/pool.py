@@ -239,7 +239,8 @@ def child(me: str, pipe: multiprocessing.connection.Connection, tick: Any, folde
                     authority=lambda path: Authority(path, link), connect=connect,
                     write=written(link, blind))
     except BaseException as error:  # noqa: BLE001 - reported: the coordinator judges it
-        pipe.send(("ended", f"{type(error).__name__}: {error}"))
+        with contextlib.suppress(OSError):  # the coordinator may be gone
+            pipe.send(("ended", f"{type(error).__name__}: {error}"))
         raise SystemExit(1) from None
     pipe.send(("ended", None))
 
