@@ -42,7 +42,7 @@ import sqlite3
 import sys
 import tempfile
 from multiprocessing import resource_tracker
-from typing import IO, Any
+from typing import IO, Any, cast
 
 sys.path.insert(1, str(pathlib.Path(__file__).resolve().parent.parent))  # leases.py
 import fence
@@ -229,7 +229,7 @@ def child(me: str, pipe: multiprocessing.connection.Connection, tick: Any, folde
     link = Link(pipe, me)
 
     def connect(path: str) -> sqlite3.Connection:
-        db = sqlite3.connect(path, isolation_level=None, timeout=30, factory=Jobs)
+        db = cast(Jobs, worker.open_jobs(path, factory=Jobs))
         db.link = link
         return db
 

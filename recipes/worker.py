@@ -70,9 +70,10 @@ def tried(call: Callable[[], T]) -> T:
     raise GaveUp(f"failed {TRIES} times: {failure}") from failure
 
 
-def open_jobs(path: str) -> sqlite3.Connection:
+def open_jobs(path: str,
+              factory: type[sqlite3.Connection] = sqlite3.Connection) -> sqlite3.Connection:
     """The jobs file, as the fence needs it: no transaction opened by sqlite3 itself."""
-    return sqlite3.connect(path, isolation_level=None, timeout=30)
+    return sqlite3.connect(path, isolation_level=None, timeout=30, factory=factory)
 
 
 def look(db: sqlite3.Connection, job: str) -> str:
