@@ -398,11 +398,11 @@ class Pool:
             elif kind == "wrote":
                 epoch, _, value, answer = detail[1:]
                 self.answers[answer] += 1
-                if answer == "applied" and value == "done":
-                    self.done.add(job)
-                elif answer == "applied":
-                    self.done.discard(job)
                 if answer == "applied":
+                    if value == "done":
+                        self.done.add(job)
+                    else:
+                        self.done.discard(job)
                     self.resume(job, ("written", "done") if value == "done" else ("written",),
                                 epoch, one)
             elif kind == "work":
