@@ -6,8 +6,11 @@
 - Each ```sh and ```python block runs in a copy of the repository; one whose first line is
   "# NAME.py" is saved there as NAME.py for the others.  A ```text block after a python block is
   its output; a "resource epoch sequence value -> answer" line is leases.Receiver's answer too.
+  A python block whose first line is "# from PATH.py" is an excerpt: its lines are in that file
+  word for word, in runs split by "..." lines; the file itself runs, if a text block follows.
   ```sql blocks are PostgreSQL's, run by .ci/postgres.py.
-- Each | breakage | row of .ci/breakages.md, applied alone to a copy, fails the tests it names.
+- Each | breakage | row of .ci/breakages.md, applied alone to a copy, fails the tests it names
+  (of test_leases.py, or of recipes/test_recipes.py for a file in recipes/).
 Timeouts only catch a hang (600 s): CI never fails because the machine is slow.
 """
 
@@ -32,6 +35,8 @@ HANG = 600.0  # seconds
 CITATION = re.compile(r"\b[A-Z]\w*Tests\.test\w*\b")
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 NAMED = re.compile(r"# (\w+\.py)\b")
+EXCERPT = re.compile(r"# from ([\w/]+\.py)\n")
+ELIDED = re.compile(r"^[ \t]*\.\.\.\n", re.MULTILINE)
 FAILED = re.compile(r"^(?:FAIL|ERROR): (\w+) \(([\w.]+)\)", re.MULTILINE)
 QUOTED = r'"(?:[^"\\]|\\.)*"'
 FIELDS = ("tick", "actor", "action", "epoch", "value", "outcome", "expires_at", "stored_epoch",
@@ -129,11 +134,19 @@ def check_block(line: int, language: str, text: str, output: str | None,
     where = f"README line {line}, {language} block"
     if language not in ("sh", "python"):
         raise Drift(f"{where}: make it python, sh, sql (PostgreSQL's), text or mermaid")
+    if excerpt := EXCERPT.match(text):
+        script, source = excerpt[1], (ROOT / excerpt[1]).read_text(encoding="utf-8")
+        missing = [part for part in ELIDED.split(text[excerpt.end():]) if part not in source]
+        if missing:
+            raise Drift(f"{where}: not in {script} word for word: {missing[0][:200]!r}")
+        if output is None:
+            return f"{where}: in {script} word for word"
     folder = scratch()
     for saved, code in named.items():
         (folder / saved).write_text(code, encoding="utf-8")
-    script = name[1] if (name := NAMED.match(text)) else "readme_example.py"
-    (folder / script).write_text(text, encoding="utf-8")
+    if not excerpt:
+        script = name[1] if (name := NAMED.match(text)) else "readme_example.py"
+        (folder / script).write_text(text, encoding="utf-8")
     status, said = run(["bash", "-ec", text] if language == "sh" else [sys.executable, script],
                        folder)
     if status:
@@ -161,7 +174,8 @@ def check_breakage(line: int, cells: list[str]) -> str:
     if source.count(old) != 1:
         raise Drift(f"{label}: 'replace this' is {source.count(old)} times in {name}, not once")
     path.write_text(source.replace(old, new), encoding="utf-8")
-    status, said = run([sys.executable, "-m", "unittest", *(f"test_leases.{t}" for t in tests)],
+    module = "test_recipes" if name.startswith("recipes/") else "test_leases"
+    status, said = run([sys.executable, "-m", "unittest", *(f"{module}.{t}" for t in tests)],
                        path.parent)
     # "FAIL: test_x (test_leases.Class.test_x)" from Python 3.11, "(test_leases.Class)" before
     failed = {f"{where.split('.')[1]}.{method}" for method, where in FAILED.findall(said)}
