@@ -214,6 +214,8 @@ def _schema(connection: sqlite3.Connection) -> list[tuple[str, str]]:
 def _check_header(path: str) -> None:
     """A file neither empty nor SQLite's is refused before SQLite sees it: SQLite takes a
     file of 1 byte for an empty database, and would overwrite it."""
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block the open
+        raise LeaseError(f"database {path!r} is not this library's: not a regular file")
     with contextlib.suppress(FileNotFoundError), open(path, "rb") as file:
         if file.read(16) not in (b"", b"SQLite format 3\0"):  # every SQLite file's start
             raise LeaseError(f"database {path!r} is not this library's: not SQLite's at all")
@@ -228,8 +230,7 @@ def _make_tables(connection: sqlite3.Connection) -> list[tuple[str, str]]:
 def _check_tables(found: list[tuple[str, str]], path: str) -> None:
     """A file of anything but this library's tables, as it makes them, is LeaseError."""
     if not set(_TABLES.items()) <= set(found):
-        raise LeaseError(f"database {path!r} is not this library's: it lacks the tables "
-                         f"{' and '.join(_TABLES)} as this library makes them")
+        raise LeaseError(f"database {path!r} is not this library's: it lacks its tables")
 
 
 def _ask_for_wal(connection: sqlite3.Connection) -> None:
