@@ -10,8 +10,9 @@ Outcome's text, and has close().
 
 import sqlite3
 
-__all__ = ["ANSWER", "UPSERT", "GreaterOrEqual", "ReadBeforeTransaction", "ReadmeFence",
-           "SharedHighWater", "fenced_write"]
+__all__ = ["ANSWER", "CORRECT", "UPSERT", "DecidesInPython", "GreaterOrEqual",
+           "ImmediateIsolation", "NoOpCommit", "ReadBeforeTransaction", "ReadOnlyFastPath",
+           "ReadmeFence", "SharedHighWater", "WithConnection", "fenced_write"]
 
 # README's "Apply it to your own store", word for word.
 UPSERT = """INSERT INTO fenced (resource, epoch, value) VALUES (:resource, :epoch, :value)
@@ -60,6 +61,93 @@ class ReadmeFence:
 
     def close(self) -> None:
         self.connection.close()
+
+
+# Correct fences written otherwise: each passes both modes (test_explore.py).
+
+
+class NoOpCommit(ReadmeFence):
+    """README's fence after a defensive commit(), which commits nothing: none is open."""
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        self.connection.commit()
+        return super().write(resource, epoch, value)
+
+
+class ReadOnlyFastPath(ReadmeFence):
+    """A read-only transaction first: a lower epoch than stored is stale, whatever comes
+    after, since stored epochs only rise; else README's fence decides."""
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        self.connection.execute("BEGIN")
+        row = self.connection.execute("SELECT epoch FROM fenced WHERE resource = ?",
+                                      (resource,)).fetchone()
+        self.connection.execute("COMMIT")
+        if row is not None and epoch < row[0]:
+            return "stale"
+        return super().write(resource, epoch, value)
+
+
+class WithConnection(ReadmeFence):
+    """Python's idiom: `with connection:` commits the block, or rolls it back."""
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        write = {"resource": resource, "epoch": epoch, "value": value}
+        with self.connection:
+            self.connection.execute("BEGIN IMMEDIATE")
+            self.connection.execute(UPSERT, write)
+            return str(self.connection.execute(ANSWER, write).fetchone()[0])
+
+
+class ImmediateIsolation(ReadmeFence):
+    """sqlite3 opens the transaction itself (isolation_level "IMMEDIATE": BEGIN IMMEDIATE
+    before the upsert); the fence commits."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.connection.close()
+        self.connection = sqlite3.connect(path, isolation_level="IMMEDIATE", timeout=10)
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        write = {"resource": resource, "epoch": epoch, "value": value}
+        try:
+            self.connection.execute(UPSERT, write)
+            outcome = str(self.connection.execute(ANSWER, write).fetchone()[0])
+            self.connection.commit()
+        except BaseException:
+            self.connection.rollback()
+            raise
+        return outcome
+
+
+class DecidesInPython(ReadmeFence):
+    """Reads the stored pair and decides in Python, all inside one BEGIN IMMEDIATE."""
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        connection = self.connection
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            row = connection.execute("SELECT epoch, value FROM fenced WHERE resource = ?",
+                                     (resource,)).fetchone()
+            if row is None or epoch > row[0]:
+                connection.execute("INSERT OR REPLACE INTO fenced VALUES (?, ?, ?)",
+                                   (resource, epoch, value))
+                outcome = "applied"
+            else:
+                outcome = "stale" if epoch < row[0] else "replay" if value == row[1] else \
+                    "conflict"
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        return outcome
+
+
+CORRECT = ("ReadmeFence", "NoOpCommit", "ReadOnlyFastPath", "WithConnection",
+           "ImmediateIsolation", "DecidesInPython")
+
+# Broken copies.
 
 
 class GreaterOrEqual(ReadmeFence):

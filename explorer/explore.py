@@ -25,10 +25,12 @@ import argparse
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import math
 import multiprocessing
 import os
 import random
+import reprlib
 import signal
 import sqlite3
 import sys
@@ -188,8 +190,8 @@ class Place:
                             fenced=self.spec == "fenced")
         if self.spec == "asking":
             return guarded(self.who, "AskingReceiver(path)", AskingReceiver, path)
-        return Yours(guarded(self.who, f"{self.spec.rpartition(':')[2]}(path)",
-                              load(self.spec), path))
+        name = self.spec.rpartition(":")[2]
+        return Yours(self.spec, guarded(self.who, f"{name}(path)", load(self.spec), path))
 
 
 def places(receiver: str | None = None) -> tuple[Place, ...]:
@@ -221,7 +223,25 @@ def load(spec: str) -> Callable[[str], Any]:
         raise ImportError(f"--receiver {spec!r}: {module!r} has no class {name!r}")
     if not callable(found):
         raise TypeError(f"--receiver {spec!r}: {name!r} is not a class")
+    fits(f"{name}(path)", found, "path")
+    if isinstance(found, type) and not callable(getattr(found, "write", None)):
+        raise Unsupported(f"--receiver {spec!r}: {name} has no method write(resource, "
+                          "epoch, value)")
     return found  # type: ignore[no-any-return]
+
+
+def fits(call: str, function: Callable[..., Any], *args: Any) -> None:
+    """Unsupported, naming `call`, if `function` cannot take `args`: a wrong signature is the
+    reader's interface, not a finding."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin may have none to read: called as it is
+        return
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        raise Unsupported(f"{call} cannot be called so: its signature is {signature}: "
+                          f"{exc}") from None
 
 
 class Record(NamedTuple):
@@ -500,31 +520,55 @@ class AskingReceiver:
 
 class Yours:
     """A reader's receiver, made as NAME(path), as the explorer asks it: its write's answer
-    (an Outcome or its text) as a result run_experiment.write reads, with no stored pair; its
-    read(resource), if it has one, as (epoch, value) or None."""
+    (an Outcome, its text, or a result with .outcome) as a result run_experiment.write reads,
+    with no stored pair; its read(resource), if it has one, as (epoch, value) or None.  An
+    answer of another kind, or a method that does not fit, is Unsupported: the interface,
+    not a finding."""
 
-    def __init__(self, receiver: Any) -> None:
-        self.receiver = receiver
+    def __init__(self, name: str, receiver: Any) -> None:
+        self.name, self.receiver = name, receiver
+        if not callable(getattr(receiver, "write", None)):
+            raise Unsupported(f"{name} has no method write(resource, epoch, value)")
+        fits(f"{name}.write(resource, epoch, value)", receiver.write, RESOURCE, 1, "A1")
+        if callable(getattr(receiver, "read", None)):
+            fits(f"{name}.read(resource)", receiver.read, RESOURCE)
+        if callable(getattr(receiver, "close", None)):
+            fits(f"{name}.close()", receiver.close)
 
     def close(self) -> None:
         getattr(self.receiver, "close", lambda: None)()
 
     def write(self, resource: str, epoch: int, value: str) -> Any:
         said = self.receiver.write(resource, epoch, value)
-        said = getattr(said, "outcome", said)  # a WriteResult, as the library's Receiver's
-        outcome = Outcome(getattr(said, "value", said))  # ValueError if it is no Outcome
-        return _Result(outcome, resource, epoch, value, None, None)
+        outcome = getattr(said, "outcome", said)  # a WriteResult, as the library's Receiver's
+        if not isinstance(outcome, str) or outcome not in _OUTCOMES:
+            raise Unsupported(
+                f"{self.name}.write({resource!r}, {epoch!r}, {value!r}) answered "
+                f"{reprlib.repr(said)}: not an Outcome, its text ({', '.join(_OUTCOMES)}), or "
+                "a result with .outcome")
+        return _Result(Outcome(outcome), resource, epoch, value, None, None)
 
     def __getattr__(self, name: str) -> Any:  # read(resource), if the receiver has one
-        if name != "read":
+        if name != "read" or not callable(getattr(self.receiver, "read", None)):
             raise AttributeError(name)
-        read = self.receiver.read
+        return self._read
 
-        def stored(resource: str) -> tuple[int, str] | None:
-            pair = read(resource)
-            return None if pair is None else (pair[0], pair[1])
+    def _read(self, resource: str) -> tuple[int, str] | None:
+        call = f"{self.name}.read({resource!r})"
+        try:
+            pair = self.receiver.read(resource)
+        except Exception as exc:  # noqa: BLE001 - the interface, in one line
+            raise Unsupported(f"{call} raised {type(exc).__name__}: {exc}") from None
+        if pair is None:
+            return None
+        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                or type(pair[0]) is not int or not isinstance(pair[1], str)):
+            raise Unsupported(f"{call} returned {reprlib.repr(pair)}: not None or an (epoch, "
+                              "value) pair of an int and a str")
+        return pair[0], pair[1]
 
-        return stored
+
+_OUTCOMES = tuple(outcome.value for outcome in Outcome)
 
 
 class _Result(NamedTuple):
@@ -559,6 +603,8 @@ def played(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
     try:
         kept, first = perform(step, held, authority, receivers[0], resource)
         events.append(first)
+    except Unsupported:
+        raise
     except Exception as exc:  # noqa: BLE001 - a broken library's answer, checked as one
         events.append(_raised(step, exc, path))
     raised = events[0].outcome.startswith("raised")
@@ -568,6 +614,8 @@ def played(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
         for receiver in receivers[1:]:
             try:
                 events.append(write(step, held, receiver))
+            except Unsupported:
+                raise
             except Exception as exc:  # noqa: BLE001 - as above
                 events.append(_raised(step, exc, path))
     return kept, tuple(tuple(event.as_json().get(key) for key in _KEYS) for event in events)
@@ -798,11 +846,11 @@ class Fresh:
         self.answers, sender = context.Pipe(duplex=False)
         self.process = context.Process(target=_answered, args=(
             sender, folder, function, *args), daemon=True)
-        # Started with Ctrl-C blocked, which the child inherits, so that none lands while it
-        # imports.  multiprocessing's resource tracker unblocks Ctrl-C when it starts, on the
-        # first spawn: started first.
+        # Started with Ctrl-C, SIGTERM and SIGHUP blocked, which the child inherits, so that
+        # none lands while it imports: the parent stops it.  multiprocessing's resource
+        # tracker unblocks Ctrl-C when it starts, on the first spawn: started first.
         resource_tracker.ensure_running()
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *_ENDING})
         try:
             self.process.start()
         finally:
@@ -1061,15 +1109,37 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default 8)")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
     args = parser.parse_args(argv)
+    ended = {number: signal.signal(number, _interrupted) for number in _ENDING}
     try:
         return _main(args)
-    except KeyboardInterrupt:
-        print("explore: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        print(f"explore: {getattr(exc, 'said', 'interrupted')}", file=sys.stderr)
+        return getattr(exc, "code", EXIT_INTERRUPTED)
+    except BrokenPipeError:  # the reader closed stdout (`| head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except (ValueError, TypeError, ImportError, Unsupported, OSError, sqlite3.Error,
             LeaseError) as exc:  # a library that cannot open a new file included
         print(f"explore: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        for number, handler in ended.items():
+            signal.signal(number, handler)
+
+
+# SIGTERM and SIGHUP end a run as Ctrl-C does: children stopped, folders removed, and the
+# shell's code for the signal (128 + its number).
+_ENDING = (signal.SIGTERM, signal.SIGHUP)
+
+
+class _Ended(KeyboardInterrupt):
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.code, self.said = 128 + number, f"ended by {signal.Signals(number).name}"
+
+
+def _interrupted(number: int, frame: object) -> None:
+    raise _Ended(number)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -1093,7 +1163,7 @@ def _main(args: argparse.Namespace) -> int:
     except (Different, Raised) as exc:  # the code under test's failure, not the explorer's
         print(f"explore: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(text)
+    print(text, flush=True)
     return EXIT_OK if ok else EXIT_FAILED
 
 

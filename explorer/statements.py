@@ -28,9 +28,10 @@ import re
 import sqlite3
 import tempfile
 import threading
+import types
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import explore
 from explore import HOLDERS, Bound, Place, Record, Run, expected, played, recorded
@@ -171,10 +172,26 @@ class _Gated(sqlite3.Connection):
         return cursor
 
     def commit(self) -> None:
-        self.worker.run(self, "COMMIT", super().commit)
+        if self.in_transaction:  # else sqlite3 runs no statement: nothing to stop before
+            self.worker.run(self, "COMMIT", super().commit)
 
     def rollback(self) -> None:
-        self.worker.run(self, "ROLLBACK", super().rollback)
+        if self.in_transaction:
+            self.worker.run(self, "ROLLBACK", super().rollback)
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.worker.connections.remove(self)
+        super().close()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: types.TracebackType | None) -> Literal[False]:
+        """`with connection:` commits or rolls back as sqlite3 does, stopped before it."""
+        if kind is None:
+            self.commit()
+        else:
+            self.rollback()
+        return False
 
 
 _workers: dict[int, "_Worker"] = {}  # by thread id, while an interleaving plays
@@ -202,6 +219,7 @@ class _Worker:
         self.h, self.path, self.place, self.told = h, path, place, told
         self.go: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.connections: list[sqlite3.Connection] = []
+        self.changes: dict[sqlite3.Connection, int] = {}  # rows changed when it last began
         self.objects: list[Any] = []
         self.gated = self.dead = self.allowed = self.writing = self.committed = False
         self.stopping = False
@@ -220,14 +238,22 @@ class _Worker:
                 self.dead, self.stopping = True, order is None
                 raise _Died
         self.allowed = True
+        if not connection.in_transaction:  # what a transaction begun by it finds changed
+            self.changes[connection] = connection.total_changes
         try:
-            return statement()
+            result = statement()
         finally:
             self.allowed = False
             began = _WRITES.match(sql) is not None
             self.writing = connection.in_transaction and (self.writing or began)
-            if re.match(r"\s*(COMMIT|END)\b", sql, re.IGNORECASE) and self.gated:
-                self.committed = self.committed or not connection.in_transaction
+        # A call is committed once a transaction of it that changed a row has ended without
+        # a rollback: by COMMIT, or as an autocommit statement.  One that changed nothing (a
+        # read, a refused write, a COMMIT with none open) leaves it as it was.
+        if not connection.in_transaction and self.gated and not re.match(
+                r"\s*ROLLBACK\b", sql, re.IGNORECASE):
+            self.committed = self.committed or (
+                connection.total_changes > self.changes.get(connection, 0))
+        return result
 
     def traced(self, sql: str) -> None:
         if self.gated and not self.allowed and self.ungated is None:
@@ -274,9 +300,10 @@ class _Worker:
 
     def _close(self) -> None:
         """Close every connection as it is: SQLite rolls back what was not committed."""
-        for connection in self.connections:
+        for connection in list(self.connections):  # each removes itself as it closes
             connection.close()
         self.connections, self.objects, self.dead, self.writing = [], [], False, False
+        self.changes = {}
 
 
 # --- one interleaving, played by its choices ---
