@@ -12,7 +12,7 @@ import sqlite3
 
 __all__ = ["ANSWER", "CORRECT", "UPSERT", "DecidesInPython", "GreaterOrEqual",
            "ImmediateIsolation", "NoOpCommit", "ReadBeforeTransaction", "ReadOnlyFastPath",
-           "ReadmeFence", "SharedHighWater", "WithConnection", "fenced_write"]
+           "ReadmeFence", "SharedHighWater", "TextEpoch", "WithConnection", "fenced_write"]
 
 # README's "Apply it to your own store", word for word.
 UPSERT = """INSERT INTO fenced (resource, epoch, value) VALUES (:resource, :epoch, :value)
@@ -178,6 +178,20 @@ class ReadBeforeTransaction(ReadmeFence):
                 self.connection.execute("ROLLBACK")
             raise
         return "applied"
+
+
+class TextEpoch(ReadmeFence):
+    """Broken at epoch 10: its epoch column is TEXT, so epochs compare as text ('10' < '9').
+    Caught at once from a first epoch of 9: --first-epoch 9."""
+
+    def __init__(self, path: str) -> None:
+        self.connection = sqlite3.connect(path, isolation_level=None, timeout=10)
+        self.connection.execute("CREATE TABLE IF NOT EXISTS fenced (resource TEXT PRIMARY KEY,"
+                                " epoch TEXT NOT NULL, value TEXT NOT NULL)")
+
+    def read(self, resource: str) -> tuple[int, str] | None:
+        pair = super().read(resource)
+        return None if pair is None else (int(pair[0]), pair[1])
 
 
 class SharedHighWater(ReadmeFence):
