@@ -1084,6 +1084,9 @@ class Caller:
         except queue.Empty:
             self.hung = True
             raise Hung(f"{said} gave no answer within {self.seconds:g} s") from None
+        except BaseException:  # Ctrl-C, SIGTERM: the call may go on; no one waits for it
+            self.hung = True
+            raise
         if not ok:
             raise answer
         return answer
@@ -1425,7 +1428,10 @@ def _main(args: argparse.Namespace) -> int:
     except (Different, Raised) as exc:  # the code under test's failure, not the explorer's
         print(f"explore: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(text, flush=True)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # the reader closed stdout (`| head`): the verdict stands
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK if ok else EXIT_FAILED
 
 

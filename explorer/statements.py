@@ -339,7 +339,12 @@ def play(bound: Bound, place: Place, choices: tuple[int, ...], *, crashes: bool 
         if tokens is not None:
             scheduler.observer = _Observer(place, path, bound)
             cleanup.callback(scheduler.observer.close)
-        return scheduler.played(choices, tokens)
+        try:
+            return scheduler.played(choices, tokens)
+        except BaseException:  # a holder may be in a call that never ends: none is waited for
+            for worker in workers:
+                worker.hung = True
+            raise
 
 
 def _stop(worker: "_Worker", seconds: float) -> None:

@@ -7,15 +7,20 @@ Run from the repository's root: `python3 explorer/test_explore.py`.  The root's
 """
 
 import contextlib
+import dataclasses
 import io
 import itertools
 import os
 import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
 import sys
+import signal
 import tempfile
+import threading
+import time
 import unittest
 from collections import Counter
 from typing import Any
@@ -182,6 +187,70 @@ class CloseRaises(examples.ReadmeFence):
         raise RuntimeError("cannot close")
 
 
+# A reader's mistakes of interface: each exit 2 in one line naming the object and method.
+
+
+class InitTwo(examples.ReadmeFence):
+    def __init__(self, path: str, other: str) -> None:
+        super().__init__(path)
+
+
+class NoWrite:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+class TwoArguments(examples.ReadmeFence):
+    def write(self, resource: str, epoch: int) -> str:  # type: ignore[override]
+        return "applied"
+
+
+class AnswersNone(examples.ReadmeFence):
+    def write(self, resource: str, epoch: int, value: str) -> Any:
+        super().write(resource, epoch, value)
+        return None
+
+
+class Answers42(examples.ReadmeFence):
+    def write(self, resource: str, epoch: int, value: str) -> Any:
+        return 42
+
+
+class AnswersInCapitals(examples.ReadmeFence):
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        return super().write(resource, epoch, value).upper()
+
+
+class ReadRaises(examples.ReadmeFence):
+    def read(self, resource: str) -> tuple[int, str] | None:
+        raise KeyError(resource)
+
+
+class Reads42(examples.ReadmeFence):
+    def read(self, resource: str) -> Any:
+        return 42
+
+
+MISUSES = {"InitTwo": "InitTwo(path)", "NoWrite": "NoWrite has no method write",
+           "TwoArguments": "TwoArguments.write(resource, epoch, value) cannot be called so",
+           "AnswersNone": "AnswersNone.write('quarterly-report', 1, 'A1') answered None",
+           "Answers42": "Answers42.write('quarterly-report', 1, 'A1') answered 42",
+           "AnswersInCapitals": "AnswersInCapitals.write('quarterly-report', 1, 'A1') answered "
+                                "'APPLIED'",
+           "ReadRaises": "ReadRaises.read('quarterly-report') raised KeyError",
+           "Reads42": "Reads42.read('quarterly-report') returned 42"}
+
+
+class HangsAtB(examples.ReadmeFence):
+    """Its write for holder B never returns; it says so first on stdout, once per process."""
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        if value.startswith("B"):
+            print("B's write hangs", flush=True)
+            threading.Event().wait()
+        return super().write(resource, epoch, value)
+
+
 # --- scratch copies: the library broken on purpose, the explorer run on it ---
 
 
@@ -214,10 +283,12 @@ def scratch_replace(test: unittest.TestCase, folder: str, old: str, new: str) ->
 
 
 def run(folder: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """explorer/explore.py with `args`, run from `folder`."""
-    return subprocess.run([sys.executable, os.path.join("explorer", "explore.py"), *args],
-                          cwd=folder, capture_output=True, text=True, timeout=TIMEOUT,
-                          check=False)
+    """explorer/explore.py with `args`, run from `folder`; no sample of passing schedules
+    is played again (each costs a process) unless `args` ask for one."""
+    sample = [] if "--sample" in args else ["--sample", "0"]
+    return subprocess.run([sys.executable, os.path.join("explorer", "explore.py"), *args,
+                           *sample], cwd=folder, capture_output=True, text=True,
+                          timeout=TIMEOUT, check=False)
 
 
 DEFERRED_BEGIN = ('connection.execute("BEGIN IMMEDIATE")', 'connection.execute("BEGIN")')
@@ -361,7 +432,7 @@ class BreakageTests(unittest.TestCase):
 
     def test_a_per_object_memo_is_named_an_answer_resting_on_more_than_the_file(self) -> None:
         done = run(scratch(self, *OBJECT_MEMO), "--program", "acquire", "write", "write",
-                   "--last-tick", "1", "--ttl", "1")
+                   "--last-tick", "1", "--ttl", "1", "--sample", "8")
         self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
         self.assertRegex(done.stderr, r"^explore: the schedule .*: step \d+ \(. write at tick "
                          r"\d\) answered .* rests on more than the file and the call\n$")
@@ -483,6 +554,154 @@ class OwnFenceTests(unittest.TestCase):
         three = explore.explore_steps(Bound(3, ("acquire", "write"), 2, 1, resources=2), yours,
                                 sample=0)
         self.assertGreater(three["violations"]["model"], 0)
+
+
+def again(output: str) -> list[tuple[list[str], list[str]]]:
+    """Each witness a run printed: its steps' lines, and the command that plays it again (its
+    arguments)."""
+    found, lines = [], list[str]()
+    for line in output.splitlines():
+        if line.startswith("  again: "):
+            found.append((lines, shlex.split(line.split("again: ", 1)[1])[2:]))
+            lines = []
+        elif re.match(r"  (tick|[A-H] )|    stored", line):
+            lines.append(line)
+    return found
+
+
+class ReaderTests(unittest.TestCase):
+    """What a reader checking their own fence meets: no false alarm, each misuse one line,
+    each hang a finding, each witness played again as printed, and a signal leaves nothing."""
+
+    def test_correct_fences_written_otherwise_pass_both_modes(self) -> None:
+        # One holder is enough to die after a COMMIT that wrote nothing, or inside a
+        # `with connection:`, and have its retry judged: the false alarms of before.
+        crash = Bound(1, ("acquire", "write", "retry"), last_tick=0, ttl=1)
+        for name in examples.CORRECT[1:]:
+            with self.subTest(name):
+                yours = explore.places(f"examples:{name}")
+                steps = explore.explore_steps(SMALL["a retry"], yours, sample=0)
+                self.assertEqual(set(steps["violations"].values()), {0})
+                found = statements.explore_statements(crash, yours[0])
+                self.assertTrue(found["ok"], found["witnesses"])
+                self.assertGreater(found["crash_schedules"], 10)
+
+    def test_each_misuse_of_the_interface_is_exit_2_in_one_line_naming_it(self) -> None:
+        for name, said in MISUSES.items():
+            for mode in ([], ["--statements"]):
+                with self.subTest(name, mode=mode):
+                    out, err = io.StringIO(), io.StringIO()
+                    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                        code = explore.main([*mode, "--receiver", f"test_explore:{name}",
+                                             "--program", "acquire", "write",
+                                             "--last-tick", "0", "--sample", "1"])
+                    self.assertEqual((code, out.getvalue()), (explore.EXIT_USAGE, ""))
+                    self.assertEqual(len(err.getvalue().splitlines()), 1, err.getvalue())
+                    self.assertIn(said, err.getvalue())
+
+    def test_a_hung_call_is_exit_1_naming_holder_and_call_in_both_modes_within_twice_the_bound(
+            self) -> None:
+        started, runs = time.monotonic(), []
+        for mode in ([], ["--statements"]):  # both at once: each waits on its own
+            runs.append(subprocess.Popen(
+                [sys.executable, os.path.join("explorer", "explore.py"), *mode, "--receiver",
+                 "test_explore:HangsAtB", "--timeout", "2", "--program", "acquire", "write",
+                 "--last-tick", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True))
+            self.addCleanup(runs[-1].kill)
+        for done in runs:
+            out, err = done.communicate(timeout=TIMEOUT)
+            self.assertLess(time.monotonic() - started, 4.0)
+            self.assertEqual(done.returncode, explore.EXIT_FAILED, err)
+            self.assertRegex(out, r"hang: (holder B's write|B write) at tick 0 gave no answer "
+                             r"within 2 s")
+            self.assertIn("--replay", out)
+
+    def test_sigterm_and_sighup_end_it_as_ctrl_c_does_leaving_nothing(self) -> None:
+        for mode, number in (([], signal.SIGTERM), (["--statements"], signal.SIGHUP)):
+            with self.subTest(mode=mode, signal=number):
+                folder = tempfile.mkdtemp(prefix="explore-test-")
+                self.addCleanup(shutil.rmtree, folder)
+                explorer = subprocess.Popen(
+                    [sys.executable, os.path.join("explorer", "explore.py"), *mode,
+                     "--receiver", "test_explore:HangsAtB", "--program", "acquire", "write",
+                     "--last-tick", "0", "--timeout", str(TIMEOUT)], cwd=ROOT, text=True,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    env={**os.environ, "TMPDIR": folder})
+                self.addCleanup(explorer.kill)
+                self.assertEqual(explorer.stdout.readline() if explorer.stdout else "",
+                                 "B's write hangs\n")  # then it waits on its own
+                explorer.send_signal(number)
+                _, err = explorer.communicate(timeout=TIMEOUT)
+                self.assertEqual((explorer.returncode, err.strip()),
+                                 (128 + number, f"explore: ended by {number.name}"))
+                self.assertEqual(os.listdir(folder), [])
+                self.assertEqual(_children_of(explorer.pid), [])
+
+    def test_each_witness_printed_plays_again_alone_as_printed(self) -> None:
+        for args in (["--receiver", "examples:GreaterOrEqual", "--program", "acquire", "write",
+                      "retry", "--last-tick", "1", "--ttl", "1"],
+                     ["--statements", "--receiver", "examples:GreaterOrEqual"],
+                     ["--program", "acquire", "write", "--last-tick", "1", "--ttl", "1"]):
+            with self.subTest(args=args):
+                done = run(ROOT, *args)
+                printed = again(done.stdout)
+                self.assertTrue(printed, done.stdout)
+                for lines, words in printed:
+                    replayed = run(ROOT, *words)
+                    self.assertEqual(replayed.returncode, done.returncode, replayed.stderr)
+                    for line in lines:
+                        self.assertIn(line, replayed.stdout.splitlines())
+        self.assertEqual(run(ROOT, "--replay", "C@0").returncode, explore.EXIT_USAGE)
+
+    def test_a_first_epoch_of_9_shows_an_epoch_kept_as_text_at_the_smallest_takeover(
+            self) -> None:
+        yours, bound = explore.places("examples:TextEpoch"), Bound(2, ("acquire", "write"), 1, 1)
+        self.assertEqual(set(explore.explore_steps(bound, yours, sample=0)["violations"]
+                             .values()), {0}, "epochs 1 and 2 compare alike as text")
+        found = explore.explore_steps(dataclasses.replace(bound, first_epoch=9), yours,
+                                      sample=0)
+        self.assertEqual(found["failures"]["fence"]["events"][-1]["epoch"], 9)
+        self.assertIn("stored (10, 'B1') -> (9, 'A1'); the contract: stale",
+                      "\n".join(found["failures"]["fence"]["lines"]))
+        self.assertFalse(statements.explore_statements(dataclasses.replace(
+            statements.BOUND, last_tick=1, first_epoch=9), yours[0])["ok"])
+
+    def test_with_two_resources_each_line_names_its_resource_and_each_is_judged_alone(
+            self) -> None:
+        # B writes its live lease on the second resource after C's grant of epoch 2 on the
+        # first: judged with the first, B's write would be "superseded".
+        bound = Bound(3, ("acquire", "write"), last_tick=2, ttl=2, resources=2)
+        steps = explore.replay(bound, explore.places(), explore.parse(
+            bound, "A@0 B@1 C@2 B@2"))
+        lines = explore._lines(bound, steps, 0)
+        self.assertIn("  tick  2  B  annual-report     write    epoch 1   applied   'B1': "
+                      "stored nothing -> (1, 'B1'); the contract: applied", lines)
+        self.assertIn("  annual-report: final value written by B; stale writes refused: 0, "
+                      "conflicting: 0", lines)
+        self.assertFalse([line for line in lines if "superseded" in line], lines)
+
+    def test_a_closed_stdout_ends_quietly(self) -> None:
+        explorer = subprocess.Popen(
+            [sys.executable, os.path.join("explorer", "explore.py"), "--program", "acquire",
+             "--last-tick", "0", "--sample", "0"], cwd=ROOT, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        assert explorer.stdout is not None
+        explorer.stdout.close()  # as `| head` does once it has its lines
+        _, err = explorer.communicate(timeout=TIMEOUT)
+        self.assertEqual((explorer.returncode, err), (explore.EXIT_OK, b""))
+
+
+def _children_of(pid: int) -> list[int]:
+    """Processes the explorer started that outlive it: their parent is it, or was."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat", "rb") as file:
+                fields = file.read().rsplit(b")", 1)[1].split()
+                if int(fields[1]) == pid or int(fields[2]) == pid:  # parent, or process group
+                    found.append(int(entry))
+    return found
 
 
 class StatementTests(unittest.TestCase):
