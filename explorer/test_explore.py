@@ -14,10 +14,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
-import signal
 import tempfile
 import threading
 import time
