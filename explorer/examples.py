@@ -8,10 +8,11 @@ Outcome's text, and has close().
         --last-tick 1
 """
 
+import ctypes
 import sqlite3
 
 __all__ = ["ANSWER", "CORRECT", "UPSERT", "DecidesInPython", "GreaterOrEqual",
-           "ImmediateIsolation", "NoOpCommit", "ReadBeforeTransaction", "ReadOnlyFastPath",
+           "ImmediateIsolation", "NarrowEpoch", "NoOpCommit", "ReadBeforeTransaction", "ReadOnlyFastPath",
            "ReadmeFence", "SharedHighWater", "TextEpoch", "WithConnection", "fenced_write"]
 
 # README's "Apply it to your own store", word for word.
@@ -192,6 +193,14 @@ class TextEpoch(ReadmeFence):
     def read(self, resource: str) -> tuple[int, str] | None:
         pair = super().read(resource)
         return None if pair is None else (int(pair[0]), pair[1])
+
+
+class NarrowEpoch(ReadmeFence):
+    """Broken past 2**31 - 1: it keeps the epoch as a 32-bit int, and 2**31 wraps negative.
+    Caught at once from the largest such epoch: --first-epoch 2147483647."""
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        return super().write(resource, ctypes.c_int32(epoch).value, value)
 
 
 class SharedHighWater(ReadmeFence):

@@ -540,7 +540,7 @@ class _Scheduler:
         if h not in self.before or self.observer is None:
             return
         after = self.observer.stored(self.bound.resource(h))
-        said = (f"    stored {explore.shown_pair(self.before.pop(h))} -> "
+        said = (f"    stored {explore.shown_pair(self.before.pop(h))} as it began -> "
                 f"{explore.shown_pair(after)}")
         if run is not None:
             said += f"; the contract, calls taken in the order they answered: {answers[0][0]}"

@@ -654,7 +654,7 @@ class ReaderTests(unittest.TestCase):
                         self.assertIn(line, replayed.stdout.splitlines())
         self.assertEqual(run(ROOT, "--replay", "C@0").returncode, explore.EXIT_USAGE)
 
-    def test_a_first_epoch_of_9_shows_an_epoch_kept_as_text_at_the_smallest_takeover(
+    def test_a_high_first_epoch_shows_an_epoch_kept_as_text_or_in_32_bits_at_a_takeover(
             self) -> None:
         yours, bound = explore.places("examples:TextEpoch"), Bound(2, ("acquire", "write"), 1, 1)
         self.assertEqual(set(explore.explore_steps(bound, yours, sample=0)["violations"]
@@ -666,6 +666,11 @@ class ReaderTests(unittest.TestCase):
                       "\n".join(found["failures"]["fence"]["lines"]))
         self.assertFalse(statements.explore_statements(dataclasses.replace(
             statements.BOUND, last_tick=1, first_epoch=9), yours[0])["ok"])
+        narrow = explore.places("examples:NarrowEpoch")
+        self.assertEqual(set(explore.explore_steps(bound, narrow, sample=0)["violations"]
+                             .values()), {0})
+        self.assertGreater(explore.explore_steps(dataclasses.replace(
+            bound, first_epoch=2**31 - 1), narrow, sample=0)["violations"]["fence"], 0)
 
     def test_with_two_resources_each_line_names_its_resource_and_each_is_judged_alone(
             self) -> None:
