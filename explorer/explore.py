@@ -199,7 +199,13 @@ class Place:
         if self.spec == "asking":
             return guarded(self.who, "AskingReceiver(path)", AskingReceiver, path, shift)
         name = self.spec.rpartition(":")[2]
-        return Yours(self.spec, guarded(self.who, f"{name}(path)", load(self.spec), path))
+        receiver = guarded(self.who, f"{name}(path)", load(self.spec), path)
+        try:
+            return Yours(self.spec, receiver)
+        except Unsupported:  # its interface: closed, then named
+            with contextlib.suppress(Exception):
+                receiver.close()
+            raise
 
 
 def places(receiver: str | None = None) -> tuple[Place, ...]:
@@ -288,10 +294,15 @@ class Raised(Exception):
 def opened(path: str, receivers: Sequence[Place], first_epoch: int = 1) -> list[Any]:
     """A holder's objects on `path`: the authority, then a receiver of each place.  With a
     first epoch above 1 every party sees the authority's epochs shifted up (_Shifted)."""
-    authority = guarded("the library", "LeaseAuthority(path)", LeaseAuthority, path)
     shift = first_epoch - 1
-    return [_Shifted(authority, shift) if shift else authority,
-            *(place.make(path, shift) for place in receivers)]
+    objects = [guarded("the library", "LeaseAuthority(path)", LeaseAuthority, path)]
+    try:
+        objects += [place.make(path, shift) for place in receivers]
+    except BaseException:
+        for made in objects:
+            made.close()
+        raise
+    return [_Shifted(objects[0], shift) if shift else objects[0], *objects[1:]]
 
 
 def closed(objects: Sequence[Any], receivers: Sequence[Place]) -> None:

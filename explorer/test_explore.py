@@ -601,18 +601,33 @@ class ReaderTests(unittest.TestCase):
 
     def test_a_hung_call_is_exit_1_naming_holder_and_call_in_both_modes_within_twice_the_bound(
             self) -> None:
-        started, runs = time.monotonic(), []
-        for mode in ([], ["--statements"]):  # both at once: each waits on its own
-            runs.append(subprocess.Popen(
+        def watched(mode: list[str], seen: dict[str, Any]) -> None:
+            """One run: its first line, the seconds from it (the hang begun) to its end."""
+            done = subprocess.Popen(
                 [sys.executable, os.path.join("explorer", "explore.py"), *mode, "--receiver",
                  "test_explore:HangsAtB", "--timeout", "2", "--program", "acquire", "write",
-                 "--last-tick", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True))
-            self.addCleanup(runs[-1].kill)
-        for done in runs:
-            out, err = done.communicate(timeout=TIMEOUT)
-            self.assertLess(time.monotonic() - started, 4.0)
-            self.assertEqual(done.returncode, explore.EXIT_FAILED, err)
+                 "--last-tick", "0", "--sample", "0"], cwd=ROOT, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True)
+            try:
+                assert done.stdout is not None
+                seen["first"], hung = done.stdout.readline(), time.monotonic()
+                seen["out"], seen["err"] = done.communicate(timeout=TIMEOUT)
+                seen["seconds"], seen["code"] = time.monotonic() - hung, done.returncode
+            finally:
+                done.kill()
+
+        runs = {mode: dict[str, Any]() for mode in ("", "--statements")}
+        threads = [threading.Thread(target=watched, args=(mode.split(), seen))
+                   for mode, seen in runs.items()]  # both at once: each waits on its own
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(TIMEOUT)
+        for seen in runs.values():
+            self.assertEqual(seen["first"], "B's write hangs\n")
+            self.assertLess(seen["seconds"], 4.0, "twice the bound")
+            self.assertEqual(seen["code"], explore.EXIT_FAILED, seen["err"])
+            out = seen["out"]
             self.assertRegex(out, r"hang: (holder B's write|B write) at tick 0 gave no answer "
                              r"within 2 s")
             self.assertIn("--replay", out)
