@@ -11,7 +11,7 @@ Outcome's text, and has close().
 import ctypes
 import sqlite3
 
-__all__ = ["ANSWER", "CORRECT", "UPSERT", "DecidesInPython", "GreaterOrEqual",
+__all__ = ["ANSWER", "CORRECT", "UPSERT", "AutocommitGreaterOrEqual", "DecidesInPython", "GreaterOrEqual",
            "ImmediateIsolation", "NarrowEpoch", "NoOpCommit", "ReadBeforeTransaction", "ReadOnlyFastPath",
            "ReadmeFence", "SharedHighWater", "TextEpoch", "WithConnection", "fenced_write"]
 
@@ -157,6 +157,15 @@ class GreaterOrEqual(ReadmeFence):
     def statements(self) -> tuple[str, str]:
         return UPSERT.replace("excluded.epoch > fenced.epoch",
                               "excluded.epoch >= fenced.epoch"), ANSWER
+
+
+class AutocommitGreaterOrEqual(ReadmeFence):
+    """Broken: `>=` for `>`, with no transaction: each statement commits as it runs."""
+
+    def write(self, resource: str, epoch: int, value: str) -> str:
+        write = {"resource": resource, "epoch": epoch, "value": value}
+        self.connection.execute(GreaterOrEqual.statements(self)[0], write)
+        return str(self.connection.execute(ANSWER, write).fetchone()[0])
 
 
 class ReadBeforeTransaction(ReadmeFence):

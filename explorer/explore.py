@@ -952,11 +952,11 @@ class Fresh:
         self.answers, sender = context.Pipe(duplex=False)
         self.process = context.Process(target=_answered, args=(
             sender, folder, function, *args), daemon=True)
-        # Started with Ctrl-C, SIGTERM and SIGHUP blocked, which the child inherits, so that
-        # none lands while it imports: the parent stops it.  multiprocessing's resource
-        # tracker unblocks Ctrl-C when it starts, on the first spawn: started first.
+        # Started with Ctrl-C blocked, which the child inherits, so that none lands while it
+        # imports.  multiprocessing's resource tracker unblocks Ctrl-C when it starts, on the
+        # first spawn: started first.
         resource_tracker.ensure_running()
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *_ENDING})
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             self.process.start()
         finally:
@@ -1382,9 +1382,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"explore: {getattr(exc, 'said', 'interrupted')}", file=sys.stderr)
         return getattr(exc, "code", EXIT_INTERRUPTED)
-    except BrokenPipeError:  # the reader closed stdout (`| head`): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
     except (ValueError, TypeError, ImportError, Unsupported, OSError, sqlite3.Error,
             LeaseError) as exc:  # a library that cannot open a new file included
         print(f"explore: {type(exc).__name__}: {exc}", file=sys.stderr)

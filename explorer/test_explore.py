@@ -586,6 +586,13 @@ class ReaderTests(unittest.TestCase):
                 self.assertTrue(found["ok"], found["witnesses"])
                 self.assertGreater(found["crash_schedules"], 10)
 
+    def test_a_call_whose_autocommit_write_committed_must_be_in_the_order(self) -> None:
+        # B's upsert commits as it runs, B dies, and B's retry is applied again: only a
+        # call counted as committed without a COMMIT shows that no order gives it.
+        found = statements.explore_statements(statements.BOUND, explore.places(
+            "examples:AutocommitGreaterOrEqual")[0])
+        self.assertEqual(found["failed"]["safety"], 1)
+
     def test_each_misuse_of_the_interface_is_exit_2_in_one_line_naming_it(self) -> None:
         for name, said in MISUSES.items():
             for mode in ([], ["--statements"]):
@@ -672,6 +679,9 @@ class ReaderTests(unittest.TestCase):
     def test_a_high_first_epoch_shows_an_epoch_kept_as_text_or_in_32_bits_at_a_takeover(
             self) -> None:
         yours, bound = explore.places("examples:TextEpoch"), Bound(2, ("acquire", "write"), 1, 1)
+        readme = explore.places("examples:ReadmeFence")
+        self.assertEqual(set(explore.explore_steps(dataclasses.replace(
+            bound, first_epoch=9), readme, sample=0)["violations"].values()), {0}, "no alarm")
         self.assertEqual(set(explore.explore_steps(bound, yours, sample=0)["violations"]
                              .values()), {0}, "epochs 1 and 2 compare alike as text")
         found = explore.explore_steps(dataclasses.replace(bound, first_epoch=9), yours,
