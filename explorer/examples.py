@@ -159,13 +159,14 @@ class GreaterOrEqual(ReadmeFence):
                               "excluded.epoch >= fenced.epoch"), ANSWER
 
 
-class AutocommitGreaterOrEqual(ReadmeFence):
+class AutocommitGreaterOrEqual(GreaterOrEqual):
     """Broken: `>=` for `>`, with no transaction: each statement commits as it runs."""
 
     def write(self, resource: str, epoch: int, value: str) -> str:
         write = {"resource": resource, "epoch": epoch, "value": value}
-        self.connection.execute(GreaterOrEqual.statements(self)[0], write)
-        return str(self.connection.execute(ANSWER, write).fetchone()[0])
+        upsert, answer = self.statements()
+        self.connection.execute(upsert, write)
+        return str(self.connection.execute(answer, write).fetchone()[0])
 
 
 class ReadBeforeTransaction(ReadmeFence):
