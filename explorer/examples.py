@@ -1,6 +1,6 @@
-"""Receivers of a reader's own, to point the explorer at: README's Python fence, and two broken
-copies of it.  Each is made as NAME(path), answers write(resource, epoch, value) with an
-Outcome's text, and has close().
+"""Receivers of a reader's own, to point the explorer at: README's Python fence, correct fences
+written otherwise (CORRECT), and broken copies of it.  Each is made as NAME(path), answers
+write(resource, epoch, value) with an Outcome's text, and has read(resource) and close().
 
     python3 explorer/explore.py --receiver examples:ReadmeFence                 # passes
     python3 explorer/explore.py --receiver examples:GreaterOrEqual --program acquire write retry

@@ -140,6 +140,8 @@ class Bound:
     def __post_init__(self) -> None:
         if not 1 <= self.first_epoch <= _LARGEST - 2 ** 20:
             raise ValueError(f"the first epoch must be 1 to 2**63 - 2**20, got {self.first_epoch}")
+        if not 0 < self.timeout < math.inf:
+            raise ValueError(f"the timeout must be a number of seconds above 0, got {self.timeout}")
         for position, word in enumerate(self.program):
             if word not in (*(a.value for a in Action), RETRY):
                 raise ValueError(f"unknown step {word!r}")
@@ -1321,18 +1323,23 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _EPILOG = f"""\
 exit codes:
   {EXIT_OK}    every check held
-  {EXIT_FAILED}    a check failed, or an answer rests on more than the file and the call
-       (the schedule and the call are named; a failure shown failed again from a fresh start),
-       or the library or --receiver raised as it was made or closed (one line, naming it)
-  {EXIT_USAGE}    bad arguments, or a receiver or file that cannot be used (one line),
-       a --receiver module that raises or will not compile as it is imported included
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+  {EXIT_FAILED}    a check failed, a call hung (--timeout), or an answer rests on more than the
+       file and the call (the schedule and the call are named; a failure shown failed again
+       from a fresh start), or the library or --receiver raised as it was made or closed
+  {EXIT_USAGE}    bad arguments, or a receiver or file that cannot be used, in one line naming
+       the object and method: a signature that does not fit, no write, an answer that is
+       no Outcome, a read() that raises or gives no (epoch, value) pair, a module that
+       raises or will not compile as it is imported
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); 143: SIGTERM; 129: SIGHUP; each leaves no child
+       process and no folder
 
 examples:
   python3 explorer/explore.py --program acquire write
   python3 explorer/explore.py --program acquire check write   # a check leaves the gap
   python3 explorer/explore.py --holders 3 --resources 2 --last-tick 2 --ttl 1
   python3 explorer/explore.py --receiver examples:ReadmeFence
+  python3 explorer/explore.py --receiver examples:TextEpoch --program acquire write \\
+      --last-tick 1 --ttl 1 --first-epoch 9      # '10' < '9'
   python3 explorer/explore.py --statements --program acquire release --last-tick 1"""
 
 

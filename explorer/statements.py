@@ -635,11 +635,13 @@ def replay(bound: Bound, place: Place, witness: str) -> tuple[str, bool]:
     with contextlib.ExitStack() as cleanup:
         again = explore.Fresh(replayed, (bound, place, tuple(witness.split())),
                               cleanup).result()
+    if "witness" in again.failed:  # not one of this bound's, or an answer went otherwise
+        raise ValueError(f"the witness {witness!r}: {again.said[-1].strip()}")
     return "\n".join([
         (f"the interleaving {witness} of {bound.said()}, receiver {place.name}, played again "
          "whole in a new process, stored pairs as read"), *_lines(again),
         *(f"  {verdict}: {'FAILED' if verdict in again.failed else 'held'}"
-          for verdict in VERDICTS if "witness" not in again.failed)]), not again.failed
+          for verdict in VERDICTS)]), not again.failed
 
 
 def _lines(run: Interleaving) -> list[str]:

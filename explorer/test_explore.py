@@ -814,9 +814,11 @@ class CommandLineTests(unittest.TestCase):
             explore.main(["--help"])
         for code in (0, 1, 2, 130):
             self.assertRegex(out.getvalue(), rf"\n  {code} +\w")
+        self.assertIn("143: SIGTERM; 129: SIGHUP", out.getvalue())
 
     def test_a_bad_program_or_receiver_is_exit_2_in_one_line(self) -> None:
         for args in (["--program", "acquire", "retry"], ["--receiver", "nowhere:Fence"],
+                     ["--first-epoch", "0"], ["--timeout", "0"], ["--replay", "A@0 A@1 Z@2"],
                      ["--receiver", "examples"], ["--receiver", "examples:Nothing"]):
             err = io.StringIO()
             with contextlib.redirect_stderr(err):
