@@ -556,6 +556,14 @@ class OwnFenceTests(unittest.TestCase):
         self.assertGreater(three["violations"]["model"], 0)
 
 
+def explored(*args: str) -> tuple[int, str]:
+    """explore.main(args) in this process: its exit code and what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = explore.main(args)
+    return code, out.getvalue()
+
+
 def again(output: str) -> list[tuple[list[str], list[str]]]:
     """Each witness a run printed: its steps' lines, and the command that plays it again (its
     arguments)."""
@@ -612,7 +620,7 @@ class ReaderTests(unittest.TestCase):
             """One run: its first line, the seconds from it (the hang begun) to its end."""
             done = subprocess.Popen(
                 [sys.executable, os.path.join("explorer", "explore.py"), *mode, "--receiver",
-                 "test_explore:HangsAtB", "--timeout", "2", "--program", "acquire", "write",
+                 "test_explore:HangsAtB", "--timeout", "1", "--program", "acquire", "write",
                  "--last-tick", "0", "--sample", "0"], cwd=ROOT, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True)
             try:
@@ -632,11 +640,11 @@ class ReaderTests(unittest.TestCase):
             thread.join(TIMEOUT)
         for seen in runs.values():
             self.assertEqual(seen["first"], "B's write hangs\n")
-            self.assertLess(seen["seconds"], 4.0, "twice the bound")
+            self.assertLess(seen["seconds"], 2.0, "twice the bound")
             self.assertEqual(seen["code"], explore.EXIT_FAILED, seen["err"])
             out = seen["out"]
             self.assertRegex(out, r"hang: (holder B's write|B write) at tick 0 gave no answer "
-                             r"within 2 s")
+                             r"within 1 s")
             self.assertIn("--replay", out)
 
     def test_sigterm_and_sighup_end_it_as_ctrl_c_does_leaving_nothing(self) -> None:
@@ -666,15 +674,15 @@ class ReaderTests(unittest.TestCase):
                      ["--statements", "--receiver", "examples:GreaterOrEqual"],
                      ["--program", "acquire", "write", "--last-tick", "1", "--ttl", "1"]):
             with self.subTest(args=args):
-                done = run(ROOT, *args)
-                printed = again(done.stdout)
-                self.assertTrue(printed, done.stdout)
-                for lines, words in printed:
-                    replayed = run(ROOT, *words)
-                    self.assertEqual(replayed.returncode, done.returncode, replayed.stderr)
+                code, out = explored(*args, "--sample", "0")
+                printed = again(out)
+                self.assertTrue(printed, out)
+                for lines, words in printed:  # each replay in a process of its own
+                    code_again, out_again = explored(*words)
+                    self.assertEqual(code_again, code, out_again)
                     for line in lines:
-                        self.assertIn(line, replayed.stdout.splitlines())
-        self.assertEqual(run(ROOT, "--replay", "C@0").returncode, explore.EXIT_USAGE)
+                        self.assertIn(line, out_again.splitlines())
+        self.assertEqual(explored("--replay", "C@0")[0], explore.EXIT_USAGE)
 
     def test_a_high_first_epoch_shows_an_epoch_kept_as_text_or_in_32_bits_at_a_takeover(
             self) -> None:
