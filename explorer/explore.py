@@ -16,9 +16,12 @@ library, a new file, each holder with objects of its own), and every answer must
 search's.  A difference is exit 1, naming the schedule and the call.
 
 With --statements, statements.py interleaves the holders' calls at each SQL statement instead.
+A call of the code under test that gives no answer within the bound's timeout is Hung, a
+finding.  Every witness printed ends with the command that plays it again (--replay).
 
     python3 explorer/explore.py [--statements] [--holders N] [--program WORD ...]
-        [--last-tick T] [--ttl N] [--resources N] [--receiver MODULE:NAME] [--sample N]
+        [--last-tick T] [--ttl N] [--resources N] [--first-epoch N] [--timeout S]
+        [--receiver MODULE:NAME] [--sample N] [--replay WITNESS]
 """
 
 import argparse
@@ -67,10 +70,11 @@ from run_experiment import (
 )
 
 __all__ = [
-    "CHECKS", "CLASSES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "HOLDERS", "RESOURCES",
-    "RETRY", "AskingReceiver", "Bound", "Different", "Fresh", "Place", "Raised", "Record", "Run",
-    "Unsupported", "closed", "compared", "expected", "explore_steps", "guarded", "lease_fields",
-    "main", "opened", "places", "played", "recorded", "replay",
+    "CHECKS", "CLASSES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "HOLDERS",
+    "OURS", "RESOURCES", "RETRY", "UNREAD", "AskingReceiver", "Bound", "Caller", "Different",
+    "Fresh", "Hung", "Place", "Raised", "Record", "Run", "Unsupported", "Walked", "closed",
+    "command", "compared", "expected", "explore_steps", "fits", "guarded", "lease_fields", "main",
+    "opened", "parse", "places", "played", "recorded", "replay", "replay_steps", "shown_pair",
 ]
 
 RETRY = "retry"  # a program's word beside run_experiment's actions: the last write again

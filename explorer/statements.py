@@ -2,8 +2,9 @@
 
 Each holder is a thread of its own.  While this mode runs, sqlite3.connect hands a holder's
 thread a connection that stops before each statement it runs through execute, executemany,
-executescript, commit or rollback, and waits for no lock (a statement run any other way is
-seen by SQLite's trace callback and stops the run: the explorer could not have stopped there).
+executescript, commit, rollback or `with connection:`, and waits for no lock (a statement
+run any other way is seen by SQLite's trace callback and stops the run: the explorer could
+not have stopped there).
 The scheduler lets one holder run at a time, to its next statement or the end of its call.  A
 holder that holds SQLite's write lock runs on to COMMIT alone: in WAL mode no other connection
 can see or change what it does before then.  Before any statement a holder may die: its
@@ -16,8 +17,10 @@ process, and must fail again, before it is shown.  Three verdicts:
 
 * safety: the answers, and what the file holds at the end, are those of some one-at-a-time
   order of the calls (a call that ended comes before any call begun after); a call whose
-  holder died, or that raised, may be in it or not, unless a COMMIT of it returned;
-* liveness: no holder waits for ever (for a lock kept after a call, or in a call that hangs);
+  holder died, or that raised, may be in it or not, unless it committed: a transaction of it
+  that changed a row ended without a rollback (by COMMIT, or an autocommit statement);
+* liveness: no holder waits for ever for a lock kept after a call;
+* and a call that gives no answer within the bound's timeout is explore.Hung: a finding.
 * errors: no call raised (a lock error, say) where the contract answers.
 """
 
@@ -38,7 +41,8 @@ from explore import HOLDERS, Bound, Place, Record, Run, expected, played, record
 
 from leases import Lease
 
-__all__ = ["BOUND", "VERDICTS", "Call", "Interleaving", "explore_statements", "play", "report"]
+__all__ = ["BOUND", "VERDICTS", "Call", "Interleaving", "explore_statements", "play", "replay",
+           "replayed", "report"]
 
 BOUND = Bound(2, ("acquire", "write"), last_tick=0, ttl=1)
 VERDICTS = ("safety", "liveness", "errors")
