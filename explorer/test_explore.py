@@ -595,10 +595,10 @@ class ReaderTests(unittest.TestCase):
                 self.assertGreater(found["crash_schedules"], 10)
 
     def test_a_call_whose_autocommit_write_committed_must_be_in_the_order(self) -> None:
-        # B's upsert commits as it runs, B dies, and B's retry is applied again: only a
+        # A's upsert commits as it runs, A dies, and A's retry is applied again: only a
         # call counted as committed without a COMMIT shows that no order gives it.
-        found = statements.explore_statements(statements.BOUND, explore.places(
-            "examples:AutocommitGreaterOrEqual")[0])
+        found = statements.explore_statements(Bound(1, ("acquire", "write"), 0, 1),
+                                              explore.places("examples:AutocommitGreaterOrEqual")[0])
         self.assertEqual(found["failed"]["safety"], 1)
 
     def test_each_misuse_of_the_interface_is_exit_2_in_one_line_naming_it(self) -> None:
