@@ -291,6 +291,8 @@ def run(folder: str, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=TIMEOUT, check=False)
 
 
+# Every text of leases.py that a breakage replaces (the library's private text: when it
+# changes, these are mended, and nothing else).
 DEFERRED_BEGIN = ('connection.execute("BEGIN IMMEDIATE")', 'connection.execute("BEGIN")')
 READ_BEFORE_GRANT = (
     ("        with self._transaction() as connection:\n"
@@ -325,6 +327,18 @@ OBJECT_MEMO = ("        _check_text(\"resource\", resource)\n        _check_int(
                "        return memo[resource, epoch, value]\n\n"
                "    def _write(self, resource: str, epoch: int, value: str) -> WriteResult:\n"
                "        _check_text(\"resource\", resource)\n        _check_int(\"epoch\""))
+RELEASE_LEFT_OPEN = (  # a release's transaction never committed
+    "            connection.execute(\"COMMIT\")\n",
+    ("            connection.execute(\"COMMIT\") if 'holder = NULL' not in "
+     "str(getattr(self, '_last', '')) else None\n"),
+    "            connection.execute(\"UPDATE leases SET holder = NULL",
+    ("            self._last = 'holder = NULL'\n"
+     "            connection.execute(\"UPDATE leases SET holder = NULL"))
+RAISES_WHEN_MADE = ("        self._lock = threading.Lock()\n",
+                    "        self._lock = threading.Lock()\n        self.path.nothing\n")
+CURSOR_STATEMENT = ("            row = _load(connection, resource)\n            held",
+                    ("            connection.cursor().execute('SELECT 1')\n"
+                     "            row = _load(connection, resource)\n            held"))
 MODULE_CACHE = ("            row = _load(connection, resource)\n            held = row.lease",
                 ("            row = _CACHE.get(resource) or _load(connection, resource)\n"
                 "            _CACHE[resource] = row\n            held = row.lease"))
@@ -478,12 +492,8 @@ class BreakageTests(unittest.TestCase):
 
     def test_a_transaction_left_open_fails_liveness_and_the_step_modes_lock_check(
             self) -> None:
-        folder = scratch(self, "            connection.execute(\"COMMIT\")\n",
-                         "            connection.execute(\"COMMIT\") if 'holder = NULL' not in "
-                         "str(getattr(self, '_last', '')) else None\n")
-        scratch_replace(self, folder, "            connection.execute(\"UPDATE leases SET holder "
-                        "= NULL", "            self._last = 'holder = NULL'\n"
-                        "            connection.execute(\"UPDATE leases SET holder = NULL")
+        folder = scratch(self, *RELEASE_LEFT_OPEN[:2])
+        scratch_replace(self, folder, *RELEASE_LEFT_OPEN[2:])
         done = run(folder, "--statements", "--program", "acquire", "release", "acquire")
         self.assertEqual(done.returncode, explore.EXIT_FAILED, done.stderr)
         self.assertIn("liveness: FAILED", done.stdout)
@@ -520,8 +530,7 @@ class OwnFenceTests(unittest.TestCase):
 
     def test_a_library_or_receiver_raising_as_it_is_made_or_closed_is_exit_1_in_one_line(
             self) -> None:
-        broken = scratch(self, "        self._lock = threading.Lock()\n",
-                         "        self._lock = threading.Lock()\n        self.path.nothing\n")
+        broken = scratch(self, *RAISES_WHEN_MADE)
         yours = "the receiver given with --receiver 'test_explore:{}' raised RuntimeError in {}"
         for folder, said, args in [
             (broken, "the library raised AttributeError in LeaseAuthority(path)", []),
@@ -807,9 +816,7 @@ class StatementTests(unittest.TestCase):
                                           explore.places("test_explore:OwnConnect")[0])
 
     def test_a_statement_run_where_the_explorer_cannot_stop_it_is_a_usage_error(self) -> None:
-        folder = scratch(self, "            row = _load(connection, resource)\n            held",
-                         "            connection.cursor().execute('SELECT 1')\n"
-                         "            row = _load(connection, resource)\n            held")
+        folder = scratch(self, *CURSOR_STATEMENT)
         done = run(folder, "--statements")
         self.assertEqual(done.returncode, explore.EXIT_USAGE)
         self.assertIn("where the explorer cannot stop it", done.stderr)
