@@ -1442,8 +1442,9 @@ def _main(args: argparse.Namespace) -> int:
             text = report(result, time.monotonic() - started)
             ok = not any(result["violations"].values())
     except Hung as hung:  # a finding: the call, and how to play it again
-        text, ok = "\n".join([f"hang: {hung.said}", *hung.lines, "  again: " + command(
-            bound, receivers, mode, hung.witness or _said(hung.schedule))]), False
+        witness = hung.witness or _said(hung.schedule)
+        text, ok = "\n".join([f"hang: {hung.said}", *hung.lines, *[
+            "  again: " + command(bound, receivers, mode, witness)] * bool(witness)]), False
     except (Different, Raised) as exc:  # the code under test's failure, not the explorer's
         print(f"explore: {exc}", file=sys.stderr)
         return EXIT_FAILED
