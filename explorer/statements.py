@@ -655,10 +655,11 @@ def _lines(run: Interleaving) -> list[str]:
             for line in (said, *([notes[i]] if i in notes else []))]
 
 
-def _every(bound: Bound, place: Place) -> Iterator[Interleaving]:
+def _every(bound: Bound, place: Place,
+           crashes_or_not: tuple[bool, ...] = (False, True)) -> Iterator[Interleaving]:
     """Each interleaving with no crash, then each with one, depth first: after each, every
     other choice open at each point."""
-    for crashes in (False, True):
+    for crashes in crashes_or_not:
         pending: list[tuple[int, ...]] = [()]
         while pending:
             given = pending.pop()
