@@ -283,6 +283,7 @@ class _Worker:
                     self.objects = explore.opened(self.path, (self.place,),
                                                   self.first_epoch)
                     if len(self.connections) < len(self.objects):
+                        explore.closed(self.objects, (self.place,))
                         raise explore.Unsupported(
                             f"{self.place.spec!r} opened no connection through sqlite3.connect "
                             "as it was made, so its statements cannot be stopped")
