@@ -16,23 +16,32 @@ library, a new file, each holder with objects of its own), and every answer must
 search's.  A difference is exit 1, naming the schedule and the call.
 
 With --statements, statements.py interleaves the holders' calls at each SQL statement instead.
+A call of the code under test that gives no answer within the bound's timeout is Hung, a
+finding.  Every witness printed ends with the command that plays it again (--replay).
 
     python3 explorer/explore.py [--statements] [--holders N] [--program WORD ...]
-        [--last-tick T] [--ttl N] [--resources N] [--receiver MODULE:NAME] [--sample N]
+        [--last-tick T] [--ttl N] [--resources N] [--first-epoch N] [--timeout S]
+        [--receiver MODULE:NAME] [--sample N] [--replay WITNESS]
 """
 
 import argparse
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import math
 import multiprocessing
 import os
+import queue
 import random
+import re
+import reprlib
+import shlex
 import signal
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -57,19 +66,20 @@ from run_experiment import (
     Write,
     judge,
     perform,
-    timeline,
     write,
 )
 
 __all__ = [
-    "CHECKS", "CLASSES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "HOLDERS", "RESOURCES",
-    "RETRY", "AskingReceiver", "Bound", "Different", "Fresh", "Place", "Raised", "Record", "Run",
-    "Unsupported", "closed", "compared", "expected", "explore_steps", "guarded", "lease_fields",
-    "main", "opened", "places", "played", "recorded", "replay",
+    "CHECKS", "CLASSES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "HOLDERS",
+    "OURS", "RESOURCES", "RETRY", "UNREAD", "AskingReceiver", "Bound", "Caller", "Different",
+    "Fresh", "Hung", "Place", "Raised", "Record", "Run", "Unsupported", "Walked", "closed",
+    "command", "compared", "expected", "explore_steps", "fits", "guarded", "lease_fields", "main",
+    "opened", "parse", "places", "played", "recorded", "replay", "replay_steps", "shown_pair",
 ]
 
 RETRY = "retry"  # a program's word beside run_experiment's actions: the last write again
 HOLDERS = "ABCDEFGH"
+_LARGEST = 2**63 - 1  # SQLite's largest integer
 RESOURCES = (RESOURCE, "annual-report")
 
 
@@ -128,8 +138,14 @@ class Bound:
     last_tick: int = 5
     ttl: int = 2
     resources: int = 1
+    first_epoch: int = 1  # the epoch every party sees for the authority's first grant
+    timeout: float = 10.0  # seconds: a call of the code under test not answered by then hangs
 
     def __post_init__(self) -> None:
+        if not 1 <= self.first_epoch <= _LARGEST - 2 ** 20:
+            raise ValueError(f"the first epoch must be 1 to 2**63 - 2**20, got {self.first_epoch}")
+        if not 0 < self.timeout < math.inf:
+            raise ValueError(f"the timeout must be a number of seconds above 0, got {self.timeout}")
         for position, word in enumerate(self.program):
             if word not in (*(a.value for a in Action), RETRY):
                 raise ValueError(f"unknown step {word!r}")
@@ -181,15 +197,21 @@ class Place:
         return ("the library" if self.spec in ("fenced", "unfenced") else "AskingReceiver"
                 if self.spec == "asking" else f"the receiver given with --receiver {self.spec!r}")
 
-    def make(self, path: str) -> Any:
+    def make(self, path: str, shift: int = 0) -> Any:
         """A receiver of this place on `path`; Raised, naming whose code, if making it raises."""
         if self.spec in ("fenced", "unfenced"):
             return guarded(self.who, "Receiver(path)", Receiver, path,
                             fenced=self.spec == "fenced")
         if self.spec == "asking":
-            return guarded(self.who, "AskingReceiver(path)", AskingReceiver, path)
-        return Yours(guarded(self.who, f"{self.spec.rpartition(':')[2]}(path)",
-                              load(self.spec), path))
+            return guarded(self.who, "AskingReceiver(path)", AskingReceiver, path, shift)
+        name = self.spec.rpartition(":")[2]
+        receiver = guarded(self.who, f"{name}(path)", load(self.spec), path)
+        try:
+            return Yours(self.spec, receiver)
+        except Unsupported:  # its interface: closed, then named
+            with contextlib.suppress(Exception):
+                receiver.close()
+            raise
 
 
 def places(receiver: str | None = None) -> tuple[Place, ...]:
@@ -221,7 +243,25 @@ def load(spec: str) -> Callable[[str], Any]:
         raise ImportError(f"--receiver {spec!r}: {module!r} has no class {name!r}")
     if not callable(found):
         raise TypeError(f"--receiver {spec!r}: {name!r} is not a class")
+    fits(f"{name}(path)", found, "path")
+    if isinstance(found, type) and not callable(getattr(found, "write", None)):
+        raise Unsupported(f"--receiver {spec!r}: {name} has no method write(resource, "
+                          "epoch, value)")
     return found  # type: ignore[no-any-return]
+
+
+def fits(call: str, function: Callable[..., Any], *args: Any) -> None:
+    """Unsupported, naming `call`, if `function` cannot take `args`: a wrong signature is the
+    reader's interface, not a finding."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin may have none to read: called as it is
+        return
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        raise Unsupported(f"{call} cannot be called so: its signature is {signature}: "
+                          f"{exc}") from None
 
 
 class Record(NamedTuple):
@@ -231,10 +271,11 @@ class Record(NamedTuple):
     # answers leave it, the holder None once released; None before any grant
     newest: int  # the highest epoch granted
     stored: tuple[tuple[int, str] | None, ...]  # what each place last applied
+    first: int = 1  # the epoch of the first grant
 
     @classmethod
-    def empty(cls, places: int) -> "Record":
-        return cls(None, 0, (None,) * places)
+    def empty(cls, places: int, first: int = 1) -> "Record":
+        return cls(None, 0, (None,) * places, first)
 
 
 class Run(NamedTuple):
@@ -244,6 +285,7 @@ class Run(NamedTuple):
     kept: tuple[Any, ...] | None
     events: tuple[tuple[Any, ...], ...]
     lock_left: bool
+    seen: tuple[Any, ...] = ()  # replays only: each place's stored pair before and after
 
 
 class Unsupported(Exception):
@@ -255,10 +297,18 @@ class Raised(Exception):
     or closing an object): a check failed, exit 1."""
 
 
-def opened(path: str, receivers: Sequence[Place]) -> list[Any]:
-    """A holder's objects on `path`: the authority, then a receiver of each place."""
-    return [guarded("the library", "LeaseAuthority(path)", LeaseAuthority, path),
-            *(place.make(path) for place in receivers)]
+def opened(path: str, receivers: Sequence[Place], first_epoch: int = 1) -> list[Any]:
+    """A holder's objects on `path`: the authority, then a receiver of each place.  With a
+    first epoch above 1 every party sees the authority's epochs shifted up (_Shifted)."""
+    shift = first_epoch - 1
+    objects = [guarded("the library", "LeaseAuthority(path)", LeaseAuthority, path)]
+    try:
+        objects += [place.make(path, shift) for place in receivers]
+    except BaseException:
+        for made in objects:
+            made.close()
+        raise
+    return [_Shifted(objects[0], shift) if shift else objects[0], *objects[1:]]
 
 
 def closed(objects: Sequence[Any], receivers: Sequence[Place]) -> None:
@@ -316,7 +366,8 @@ def expected(record: Record, step: Step, held: Lease | None, rules: Sequence[str
         return [("held", row[1], row[2], *none)] * len(rules), keep
     if action is Action.ACQUIRE or (action is Action.RENEW and mine and live):
         assert step.ttl is not None
-        epoch = held.epoch if held and action is Action.RENEW else row[1] + 1 if row else 1
+        epoch = (held.epoch if held and action is Action.RENEW else row[1] + 1 if row else
+                 record.first)
         answer = "renewed" if action is Action.RENEW else "granted"
         lease = (resource, step.actor, epoch, tick + step.ttl)
         return [(answer, epoch, tick + step.ttl, *none)] * len(rules), lease
@@ -424,7 +475,7 @@ def recorded(record: Record, step: Step, held: Lease | None, run: Run) -> Record
     if step.action is Action.WRITE and held is not None:
         stored = tuple((event[4], event[6]) if event[3] == "applied" else pair
                        for event, pair in zip(run.events, stored))
-    return Record(row, newest, stored)
+    return Record(row, newest, stored, record.first)
 
 
 def judged(record: Record, step: Step, held: Lease | None, run: Run,
@@ -466,13 +517,19 @@ class AskingReceiver:
     the lease live at the write's tick; else "stale" (a higher epoch was granted) or
     "not live".  It keeps the pair it stores in a table of its own."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, shift: int = 0) -> None:
+        self.shift = shift  # added to the authority's epochs, as every party sees them
         self._connection = sqlite3.connect(path, isolation_level=None, timeout=30)
         self._connection.execute("CREATE TABLE IF NOT EXISTS asking (resource TEXT PRIMARY KEY,"
                                  " epoch INTEGER NOT NULL, value TEXT NOT NULL)")
 
     def close(self) -> None:
         self._connection.close()
+
+    def read(self, resource: str) -> tuple[int, str] | None:
+        row = self._connection.execute("SELECT epoch, value FROM asking WHERE resource = ?",
+                                       (resource,)).fetchone()
+        return None if row is None else (row[0], row[1])
 
     def write(self, resource: str, epoch: int, value: str, *, now: int) -> "_Result":
         """Decide on one write at tick `now`, and say the pair it stores after."""
@@ -483,6 +540,7 @@ class AskingReceiver:
                                      " WHERE resource = ?", (resource,)).fetchone()
             stored = connection.execute("SELECT epoch, value FROM asking WHERE resource = ?",
                                         (resource,)).fetchone()
+            row = None if row is None else (row[0], row[1] + self.shift, row[2])
             if row is not None and row[0] is not None and epoch == row[1] and (
                     leases.is_live(row[2], now=now)):  # a receiver under study: the library's
                 outcome, stored = "applied", (epoch, value)
@@ -500,31 +558,95 @@ class AskingReceiver:
 
 class Yours:
     """A reader's receiver, made as NAME(path), as the explorer asks it: its write's answer
-    (an Outcome or its text) as a result run_experiment.write reads, with no stored pair; its
-    read(resource), if it has one, as (epoch, value) or None."""
+    (an Outcome, its text, or a result with .outcome) as a result run_experiment.write reads,
+    with no stored pair; its read(resource), if it has one, as (epoch, value) or None.  An
+    answer of another kind, or a method that does not fit, is Unsupported: the interface,
+    not a finding."""
 
-    def __init__(self, receiver: Any) -> None:
-        self.receiver = receiver
+    def __init__(self, name: str, receiver: Any) -> None:
+        self.name, self.receiver = name, receiver
+        if not callable(getattr(receiver, "write", None)):
+            raise Unsupported(f"{name} has no method write(resource, epoch, value)")
+        fits(f"{name}.write(resource, epoch, value)", receiver.write, RESOURCE, 1, "A1")
+        if callable(getattr(receiver, "read", None)):
+            fits(f"{name}.read(resource)", receiver.read, RESOURCE)
+        if callable(getattr(receiver, "close", None)):
+            fits(f"{name}.close()", receiver.close)
 
     def close(self) -> None:
         getattr(self.receiver, "close", lambda: None)()
 
     def write(self, resource: str, epoch: int, value: str) -> Any:
         said = self.receiver.write(resource, epoch, value)
-        said = getattr(said, "outcome", said)  # a WriteResult, as the library's Receiver's
-        outcome = Outcome(getattr(said, "value", said))  # ValueError if it is no Outcome
-        return _Result(outcome, resource, epoch, value, None, None)
+        outcome = getattr(said, "outcome", said)  # a WriteResult, as the library's Receiver's
+        if not isinstance(outcome, str) or outcome not in _OUTCOMES:
+            raise Unsupported(
+                f"{self.name}.write({resource!r}, {epoch!r}, {value!r}) answered "
+                f"{reprlib.repr(said)}: not an Outcome, its text ({', '.join(_OUTCOMES)}), or "
+                "a result with .outcome")
+        return _Result(Outcome(outcome), resource, epoch, value, None, None)
 
     def __getattr__(self, name: str) -> Any:  # read(resource), if the receiver has one
-        if name != "read":
+        if name != "read" or not callable(getattr(self.receiver, "read", None)):
             raise AttributeError(name)
-        read = self.receiver.read
+        return self._read
 
-        def stored(resource: str) -> tuple[int, str] | None:
-            pair = read(resource)
-            return None if pair is None else (pair[0], pair[1])
+    def _read(self, resource: str) -> tuple[int, str] | None:
+        call = f"{self.name}.read({resource!r})"
+        try:
+            pair = self.receiver.read(resource)
+        except Exception as exc:  # noqa: BLE001 - the interface, in one line
+            raise Unsupported(f"{call} raised {type(exc).__name__}: {exc}") from None
+        if pair is None:
+            return None
+        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                or type(pair[0]) is not int or not isinstance(pair[1], str)):
+            raise Unsupported(f"{call} returned {reprlib.repr(pair)}: not None or an (epoch, "
+                              "value) pair of an int and a str")
+        return pair[0], pair[1]
 
-        return stored
+
+_OUTCOMES = tuple(outcome.value for outcome in Outcome)
+
+
+class _Shifted:
+    """The library's authority with every epoch it gives or takes shifted up by `shift`, so
+    that the receivers see epochs from shift + 1 on (--first-epoch): its public calls only."""
+
+    def __init__(self, authority: LeaseAuthority, shift: int) -> None:
+        self.authority, self.shift = authority, shift
+
+    def _out(self, lease: Lease | None, by: int = 1) -> Any:
+        return None if lease is None else dataclasses.replace(
+            lease, epoch=lease.epoch + by * self.shift)
+
+    def acquire(self, resource: str, holder: str, *, now: int, ttl: int) -> Lease:
+        try:
+            lease: Lease = self._out(self.authority.acquire(resource, holder, now=now, ttl=ttl))
+            return lease
+        except leases.LeaseHeld as held:
+            raise leases.LeaseHeld(self._out(held.lease)) from None
+
+    def renew(self, lease: Lease, *, now: int, ttl: int) -> Lease:
+        renewed: Lease = self._out(self._kept(self.authority.renew, self._out(lease, -1),
+                                              now=now, ttl=ttl))
+        return renewed
+
+    def release(self, lease: Lease) -> None:
+        self._kept(self.authority.release, self._out(lease, -1))
+
+    def _kept(self, call: Callable[..., Any], lease: Lease, **kwargs: Any) -> Any:
+        try:
+            return call(lease, **kwargs)
+        except leases.LeaseLost as lost:
+            raise leases.LeaseLost(self._out(lost.lease), self._out(lost.current),
+                                   lost.reason) from None
+
+    def current(self, resource: str, *, now: int) -> Lease | None:
+        return self._out(self.authority.current(resource, now=now))  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.authority.close()
 
 
 class _Result(NamedTuple):
@@ -559,6 +681,8 @@ def played(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
     try:
         kept, first = perform(step, held, authority, receivers[0], resource)
         events.append(first)
+    except Unsupported:
+        raise
     except Exception as exc:  # noqa: BLE001 - a broken library's answer, checked as one
         events.append(_raised(step, exc, path))
     raised = events[0].outcome.startswith("raised")
@@ -568,6 +692,8 @@ def played(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
         for receiver in receivers[1:]:
             try:
                 events.append(write(step, held, receiver))
+            except Unsupported:
+                raise
             except Exception as exc:  # noqa: BLE001 - as above
                 events.append(_raised(step, exc, path))
     return kept, tuple(tuple(event.as_json().get(key) for key in _KEYS) for event in events)
@@ -585,8 +711,9 @@ class _File:
     """The search's one file and the objects on it, with a connection of the explorer's own
     that reads and sets everything the file's tables hold."""
 
-    def __init__(self, folder: str, rules: tuple[Place, ...]) -> None:
-        self.path, self.places = os.path.join(folder, "leases.sqlite3"), rules
+    def __init__(self, folder: str, rules: tuple[Place, ...], bound: Bound) -> None:
+        self.path, self.places, self.bound = os.path.join(folder, "leases.sqlite3"), rules, bound
+        self.caller = Caller(bound.timeout)
         self.objects = self._open()
         self.raw = sqlite3.connect(self.path, isolation_level=None, timeout=0)
         self.raw.execute("PRAGMA synchronous = OFF")  # its own writes only: a crash loses a run
@@ -595,23 +722,26 @@ class _File:
         self.here = self._intern(self._read())
 
     def _open(self) -> list[Any]:
-        return opened(self.path, self.places)
+        objects: list[Any] = self.caller.call("making the objects", opened, self.path,
+                                              self.places, self.bound.first_epoch)
+        return objects
 
     def close(self) -> None:
         self.raw.close()
-        closed(self.objects, self.places)
+        self.caller.stop(closed, self.objects, self.places)
 
     def play(self, at: int, step: Step, held: Lease | None, resource: str) -> tuple[Run, int]:
         """Play `step` from the content `at`: what it did, and the content it left."""
         if at != self.here:
             self._restore(self.contents[at])
-        kept, events = played(step, held, self.objects, self.path, resource)
+        kept, events = self.caller.call(str(step), played, step, held, self.objects,
+                                        self.path, resource)
         left = False
         try:
             content = self._read()
         except sqlite3.OperationalError:  # locked: a transaction left open
             left = True
-            closed(self.objects, self.places)
+            self.caller.call("closing the objects", closed, self.objects, self.places)
             self.objects = self._open()
             content = self._read()
         self.here = self._intern(content)
@@ -679,7 +809,7 @@ def explore_steps(bound: Bound, receivers: tuple[Place, ...] | None = None, *,
         folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="explore-"))
         asked = [(schedule, Fresh(replay, (bound, receivers, schedule), cleanup))
                  for schedule in _drawn(bound, sample, seed)]  # played while the search runs
-        bench = _File(folder, receivers)
+        bench = _File(folder, receivers, bound)
         cleanup.callback(bench.close)
         known: dict[Any, tuple[Run, int]] = {}  # (content, step, lease, resource): its run
 
@@ -694,11 +824,17 @@ def explore_steps(bound: Bound, receivers: tuple[Place, ...] | None = None, *,
         ends, smallest, states = _search(bound, searched, rules)
         found = {flag: _walk(bound, searched, rules, schedule)
                  for flag, schedule in smallest.items()}
-        asked += [(smallest[flag], Fresh(replay, (bound, receivers, smallest[flag]), cleanup))
-                  for flag in smallest if flag[0] == "failed"]
+        failing = {flag: Fresh(replay, (bound, receivers, smallest[flag]), cleanup)
+                   for flag in smallest if flag[0] == "failed" or (
+                       flag[0] == "class" and len(receivers) == 1 and receivers[0].spec not in
+                       OURS and CLASSES[flag[2]].name in _SHOWN)}  # their pairs read
         for schedule, fresh in asked:
             _same(bound, schedule, _walk(bound, searched, rules, schedule), fresh.result())
-    return table(bound, receivers, ends, states, len(known), found)
+        for flag, fresh in failing.items():  # shown as played afresh, stored pairs read
+            found[flag] = fresh.result()
+            _same(bound, smallest[flag], _walk(bound, searched, rules, smallest[flag]),
+                  found[flag])
+    return table(bound, receivers, ends, states, len(known), found, smallest)
 
 
 # How a step is played: by holder h, from a content of the file, with the lease it holds;
@@ -719,8 +855,11 @@ def _search(bound: Bound, play: Player, rules: tuple[str, ...]
         following: dict[State, tuple[Schedule, Counter[frozenset[Any]]]] = {}
         for state, (schedule, counts) in layer.items():
             for h, tick in _next(bound, state.tick, state.positions):
-                flags, goes, _ = _stepped(bound, play, rules, state, h, tick)
                 reach = (*schedule, (h, tick))
+                try:
+                    flags, goes, _ = _stepped(bound, play, rules, state, h, tick)
+                except Hung as hung:
+                    raise Hung(hung.said, reach) from None
                 for flag in flags:
                     if flag not in smallest or _order(reach) < _order(smallest[flag]):
                         smallest[flag] = reach
@@ -739,7 +878,7 @@ def _search(bound: Bound, play: Player, rules: tuple[str, ...]
 
 def _start(bound: Bound, rules: tuple[str, ...]) -> State:
     return State(0, 0, (0,) * bound.holders, (None,) * bound.holders,
-                 (Record.empty(len(rules)),) * bound.resources)
+                 (Record.empty(len(rules), bound.first_epoch),) * bound.resources)
 
 
 def _stepped(bound: Bound, play: Player, rules: tuple[str, ...], state: State, h: int,
@@ -776,13 +915,34 @@ def _put(items: tuple[Any, ...], index: int, item: Any) -> tuple[Any, ...]:
     return (*items[:index], item, *items[index + 1:])
 
 
+class Walked(NamedTuple):
+    """One step of a schedule played: what it did, the checks it failed (check, place), and
+    at each place the contract's answer and the pair stored before, by the record."""
+
+    step: Step
+    resource: str
+    run: Run
+    failed: list[Any]
+    expected: tuple[str, ...]
+    stored: tuple[Any, ...]
+
+
 def _walk(bound: Bound, play: Player, rules: tuple[str, ...],
-          schedule: Schedule) -> list[tuple[Run, list[Any]]]:
-    """One schedule played by `play`: each step's run, and the checks it failed."""
-    state, steps = _start(bound, rules), []
+          schedule: Schedule) -> list[Walked]:
+    """One schedule played by `play`, step by step."""
+    state, steps = _start(bound, rules), list[Walked]()
     for h, tick in schedule:
-        flags, state, run = _stepped(bound, play, rules, state, h, tick)
-        steps.append((run, sorted(flag[1:] for flag in flags if flag[0] == "failed")))
+        step, r = bound.step(h, state.positions[h], tick), h % bound.resources
+        held = None if state.leases[h] is None else Lease(*state.leases[h])
+        answers, _ = expected(state.records[r], step, held, rules, bound.resource(h))
+        stored = state.records[r].stored
+        try:
+            flags, state, run = _stepped(bound, play, rules, state, h, tick)
+        except Hung as hung:
+            raise Hung(hung.said, schedule[:len(steps) + 1]) from None
+        steps.append(Walked(step, bound.resource(h), run, sorted(
+            flag[1:] for flag in flags if flag[0] == "failed"), tuple(
+                str(a[0]) for a in answers), stored))
     return steps
 
 
@@ -838,19 +998,18 @@ def _answered(sender: Any, folder: str, function: Callable[..., Any], *args: Any
     tempfile.tempdir = folder  # the parent's folder: it removes what a killed child leaves
     try:
         answer = function(*args)
-    except (Raised, Unsupported, Different) as exc:  # raised by the parent, in one line
+    except (Raised, Unsupported, Different, Hung) as exc:  # raised by the parent
         answer = exc
     sender.send(answer)
     sender.close()
 
 
-def replay(bound: Bound, receivers: tuple[Place, ...],
-           schedule: Schedule) -> list[tuple[Run, list[Any]]]:
+def replay(bound: Bound, receivers: tuple[Place, ...], schedule: Schedule) -> list[Walked]:
     """Play `schedule` whole from a fresh start: a new file, each holder with objects of its
     own.  Run in a new process, this library is freshly imported.  Each step's run, and the
     checks it failed, as the search's _walk gives them."""
     with tempfile.TemporaryDirectory(prefix="explore-replay-") as folder:
-        whole = _Whole(os.path.join(folder, "leases.sqlite3"), bound.holders, receivers)
+        whole = _Whole(os.path.join(folder, "leases.sqlite3"), bound, receivers)
         try:
             return _walk(bound, whole.play, tuple(p.rules for p in receivers), schedule)
         finally:
@@ -858,39 +1017,123 @@ def replay(bound: Bound, receivers: tuple[Place, ...],
 
 
 class _Whole:
-    """A file played on from its start, each holder on objects of its own."""
+    """A file played on from its start, each holder on objects of its own; what each place
+    stores is read (read(resource), if it has one) before and after each write."""
 
-    def __init__(self, path: str, holders: int, receivers: tuple[Place, ...]) -> None:
-        self.path, self.receivers = path, receivers
-        self.objects = [self._open() for _ in range(holders)]
+    def __init__(self, path: str, bound: Bound, receivers: tuple[Place, ...]) -> None:
+        self.path, self.bound, self.receivers = path, bound, receivers
+        self.caller = Caller(bound.timeout)
+        self.objects = [self._open() for _ in range(bound.holders)]
         self.raw = sqlite3.connect(path, isolation_level=None, timeout=0)
 
     def _open(self) -> list[Any]:
-        return opened(self.path, self.receivers)
+        objects: list[Any] = self.caller.call("making the objects", opened, self.path,
+                                              self.receivers, self.bound.first_epoch)
+        return objects
 
     def play(self, h: int, content: int, step: Step, held: Lease | None,
              resource: str) -> tuple[Run, int]:
-        kept, events = played(step, held, self.objects[h], self.path, resource)
+        kept, events, seen = self.caller.call(str(step), _observed, step, held,
+                                              self.objects[h], self.path, resource)
         try:  # the write lock free again after the call
             self.raw.execute("BEGIN IMMEDIATE")
             self.raw.execute("COMMIT")
         except sqlite3.OperationalError:
-            closed(self.objects[h], self.receivers)
+            self.caller.call("closing the objects", closed, self.objects[h], self.receivers)
             self.objects[h] = self._open()
-            return Run(lease_fields(kept), events, True), content
-        return Run(lease_fields(kept), events, False), content
+            return Run(lease_fields(kept), events, True, seen), content
+        return Run(lease_fields(kept), events, False, seen), content
 
     def close(self) -> None:
         self.raw.close()
-        for own in self.objects:
-            closed(own, self.receivers)
+        self.caller.stop(_closed_all, self.objects, self.receivers)
 
 
-def _same(bound: Bound, schedule: Schedule, searched: list[tuple[Run, list[Any]]],
-          fresh: list[tuple[Run, list[Any]]]) -> None:
+def _closed_all(objects: Sequence[Sequence[Any]], receivers: Sequence[Place]) -> None:
+    for own in objects:
+        closed(own, receivers)
+
+
+def _observed(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
+              resource: str) -> tuple[Any, ...]:
+    """`played`, with each place's stored pair read before and after a write."""
+    def stored() -> list[Any]:
+        return [UNREAD if not hasattr(store, "read") else store.read(held.resource)
+                for store in objects[1:]] if held and step.action is Action.WRITE else []
+
+    before = stored()
+    kept, events = played(step, held, objects, path, resource)
+    return kept, events, tuple(zip(before, stored()))
+
+
+UNREAD = "unread"  # a stored pair the receiver cannot say: it has no read(resource)
+
+
+class Hung(Exception):
+    """A call of the code under test gave no answer within the bound: a finding, exit 1.
+    `said` names the call; `schedule`, where known, the steps up to it."""
+
+    def __init__(self, said: str, schedule: Schedule = (), lines: Sequence[str] = (),
+                 witness: str = "") -> None:
+        super().__init__(said)
+        self.said, self.schedule, self.lines, self.witness = said, schedule, lines, witness
+
+    def __reduce__(self) -> tuple[Any, ...]:  # it crosses from a replay's process
+        return type(self), (self.said, self.schedule, self.lines, self.witness)
+
+
+class Caller:
+    """A thread of its own that makes, calls and closes the code under test, each call waited
+    for `seconds` at most: one not answered by then is Hung, and the thread is left to it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.hung = seconds, False  # once hung, no call waits on it again
+        self.orders: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="caller", daemon=True).start()
+
+    def call(self, said: str, function: Callable[..., Any], *args: Any) -> Any:
+        if self.hung:
+            raise Hung(f"{said}: a call before it hung")
+        self.orders.put((function, args))
+        try:
+            ok, answer = self.answers.get(timeout=self.seconds)
+        except queue.Empty:
+            self.hung = True
+            raise Hung(f"{said} gave no answer within {self.seconds:g} s") from None
+        except BaseException:  # Ctrl-C, SIGTERM: the call may go on; no one waits for it
+            self.hung = True
+            raise
+        if not ok:
+            raise answer
+        return answer
+
+    def stop(self, *last: Any) -> None:
+        """Call `last` (a function and its arguments), if any, and end the thread: unless a
+        call hung in it, which it is left to."""
+        if not self.hung:
+            try:
+                if last:
+                    self.call("closing the objects", *last)
+            finally:
+                self.orders.put(None)
+
+    def _serve(self) -> None:
+        while (order := self.orders.get()) is not None:
+            function, args = order
+            try:
+                self.answers.put((True, function(*args)))
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+                self.answers.put((False, exc))
+
+
+def _same(bound: Bound, schedule: Schedule, searched: list[Walked],
+          fresh: list[Walked]) -> None:
     """Different, naming the schedule and the first call answered otherwise from a fresh
     start; a failure found in the search must be found again."""
-    for index, ((run, failed), (again, failed_again)) in enumerate(zip(searched, fresh)):
+    for index, (walked, walked_again) in enumerate(zip(searched, fresh)):
+        run, failed, again, failed_again = (walked.run, walked.failed, walked_again.run,
+                                            walked_again.failed)
         if run[:2] != again[:2] or failed != failed_again:
             step = bound.step(schedule[index][0], sum(
                 h == schedule[index][0] for h, _ in schedule[:index]), schedule[index][1])
@@ -906,7 +1149,7 @@ def _answers(run: Run) -> list[Any]:
 
 
 def _said(schedule: Schedule) -> str:
-    return ", ".join(f"{HOLDERS[h]}@{tick}" for h, tick in schedule)
+    return " ".join(f"{HOLDERS[h]}@{tick}" for h, tick in schedule)
 
 
 def _drawn(bound: Bound, sample: int, seed: int) -> list[Schedule]:
@@ -926,8 +1169,8 @@ def _drawn(bound: Bound, sample: int, seed: int) -> list[Schedule]:
 
 
 def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[Any]],
-          states: int, calls: int, found: dict[Any, list[tuple[Run, list[Any]]]]
-          ) -> dict[str, Any]:
+          states: int, calls: int, found: dict[Any, list[Walked]],
+          smallest: dict[Any, Schedule]) -> dict[str, Any]:
     """What the search found, as JSON: the schedules in each class at each place (a schedule
     counts in every class it shows), the schedules failing each check, and witnesses."""
     schedules, formula = bound.count()
@@ -938,9 +1181,11 @@ def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[An
                    if any(f[:len(start)] == start for f in flags))
 
     names = [place.name for place in receivers]
-    witnesses = {f"{names[f[1]]} {CLASSES[f[2]].name}": [_json(run.events[f[1]])
-                                                       for run, _ in steps]
+    witnesses = {f"{names[f[1]]} {CLASSES[f[2]].name}": [_json(w.run.events[f[1]])
+                                                       for w in steps]
                  for f, steps in found.items() if f[0] == "class"}
+    shown = {f"{names[f[1]]} {CLASSES[f[2]].name}": (_said(smallest[f]), _lines(
+        bound, steps, f[1])) for f, steps in found.items() if f[0] == "class"}
     failures = {}
     for (_, check, place), steps in sorted(found.items(), key=lambda item: (  # the library
             str(item[0][:2]), item[0][2] != "authority", str(item[0]))):  # first, if it failed
@@ -949,7 +1194,9 @@ def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[An
         column = 0 if place == "authority" else int(place)
         where = "authority" if place == "authority" else names[int(place)]
         failures[check] = {"at": where,
-                           "events": [_json(run.events[column]) for run, _ in steps]}
+                           "events": [_json(w.run.events[column]) for w in steps],
+                           "schedule": _said(smallest[_, check, place]),
+                           "lines": _lines(bound, steps, column)}
     return {
         "bound": dataclasses.asdict(bound),
         "schedules": schedules, "formula": formula, "counted": sum(ends.values()),
@@ -964,8 +1211,76 @@ def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[An
         "violations": {check: having("failed", check)
                        for check in CHECKS},
         "witnesses": dict(sorted(witnesses.items())),
+        "shown": shown,
         "failures": failures,
+        "replay": command(bound, receivers, "steps", "SCHEDULE"),
     }
+
+
+def _lines(bound: Bound, steps: list[Walked], p: int) -> list[str]:
+    """A witness at place p as a reader sees it: each step's answer, and for a write the
+    pair stored before and after (as read, in a replay; else as the receiver said) and the
+    contract's answer; each step's failed checks; then each resource's verdict, alone."""
+    lines = []
+    for w in steps:
+        e = _json(w.run.events[p])
+        where = f"  {w.resource:<16}" if bound.resources > 1 else ""
+        epoch = f"epoch {e['epoch']}" if e["epoch"] is not None and e["outcome"] != "held" \
+            else ""
+        if e["action"] == "write" and e["value"] is not None:
+            before, after = w.run.seen[p] if w.run.seen else (
+                w.stored[p], None if e["stored_epoch"] is None else (e["stored_epoch"],
+                                                                     e["stored_value"]))
+            detail = (f"{e['value']!r}: stored {shown_pair(before)} -> {shown_pair(after)}; the "
+                      f"contract: {w.expected[p]}")
+        elif e["outcome"] == "held":
+            detail = f"by epoch {e['epoch']}, live until tick {e['expires_at']}"
+        elif e["expires_at"] is not None:
+            detail = f"lease until tick {e['expires_at']}"
+        else:
+            detail = ""
+        lines.append(f"  tick {e['tick']:>2}  {e['actor']}{where}  {e['action']:<7}  "
+                     f"{epoch:<8}  {e['outcome']:<8}  {detail}".rstrip())
+        failed = [check for check, place in w.failed if place in ("authority", str(p))]
+        if failed:
+            lines.append(f"      failed: {', '.join(dict.fromkeys(failed))}")
+    for resource in dict.fromkeys(w.resource for w in steps):  # each judged alone
+        events = [_event(_json(w.run.events[p])) for w in steps if w.resource == resource]
+        try:
+            verdict = judge([e for e in events if not str(e.outcome).startswith("raised")])
+        except ValueError:  # a broken library's events need not make a verdict
+            continue
+        name = f"{resource}: " if bound.resources > 1 else ""
+        lines.append(f"  {name}final value written by {verdict['final_value_written_by']}; "
+                     f"stale writes refused: {verdict['stale_writes_refused']}, conflicting: "
+                     f"{verdict['conflicting_writes_refused']}")
+        lines += [f"  {name}{cls.name}: {cls.says}" for cls in run_experiment.CLASSES
+                  if verdict[cls.field] is True]
+    return lines
+
+
+_SHOWN = ("lost update", "stale refused", "gap")  # the witnesses shown when no check fails
+OURS = ("fenced", "unfenced", "asking")  # the places of a run without --receiver
+
+
+def shown_pair(pair: Any) -> str:
+    """A stored pair as a witness shows it."""
+    if pair == UNREAD:
+        return "? (no read())"
+    return "nothing" if pair is None else f"({pair[0]}, {pair[1]!r})"
+
+
+def command(bound: Bound, receivers: Sequence[Place], mode: str, witness: str) -> str:
+    """The command line that plays `witness` again alone, in a fresh process."""
+    words = ["python3", "explorer/explore.py", *["--statements"] * (mode == "statements"),
+             "--holders", str(bound.holders), "--program", *bound.program,
+             "--last-tick", str(bound.last_tick), "--ttl", str(bound.ttl)]
+    words += ["--resources", str(bound.resources)] * (bound.resources != 1)
+    words += ["--first-epoch", str(bound.first_epoch)] * (bound.first_epoch != 1)
+    words += ["--timeout", f"{bound.timeout:g}"] * (bound.timeout != Bound.timeout)
+    if len(receivers) == 1:
+        words += ["--receiver", receivers[0].spec]
+    return shlex.join([*words, "--replay", witness])
 
 
 def report(table_: dict[str, Any], seconds: float) -> str:
@@ -988,24 +1303,21 @@ def report(table_: dict[str, Any], seconds: float) -> str:
     if not table_["leases_can_expire"]:
         lines.append(f"  no lease can expire by tick {bound.last_tick} (ttl {bound.ttl}): "
                      "no write can be late, so no gap or lost update, whatever the code")
+    replay = table_["replay"]
     if failed:
         failure = table_["failures"][failed[0]]
-        shown = [((f"the smallest schedule failing {failed[0]!r} (at {failure['at']}), "
-                  "failing again played whole from a fresh start"), failure["at"],
-                  failure["events"])]
+        shown = [((f"the smallest schedule failing {failed[0]!r} (at {failure['at']}), failing "
+                   "again played whole from a fresh start, stored pairs as read"),
+                  failure["schedule"], failure["lines"])]
     else:
-        shown = [(f"the smallest {name}", name.split()[0], table_["witnesses"][name])
-                 for name in ("unfenced lost update", "fenced stale refused", "fenced gap")
-                 if name in table_["witnesses"]]
-    for title, receiver, events in shown:
-        answered = [_event(e) for e in events if not e["outcome"].startswith("raised")]
-        try:
-            verdict: dict[str, Any] | None = judge(answered)
-        except ValueError:  # a broken library's events need not make a verdict
-            verdict = None
-        lines.append(timeline({"name": title, "receiver": receiver, "events": events,
-                               "verdict": verdict}) if verdict else "\n".join(
-            [title, *(f"  {e}" for e in events)]))
+        names = list(table_["receivers"])
+        yours = names[0] if len(names) == 1 else None
+        wanted = ([f"{yours} {name}" for name in _SHOWN] if yours
+                  else ["unfenced lost update", "fenced stale refused", "fenced gap"])
+        shown = [(f"the smallest {name}", *table_["shown"][name]) for name in wanted
+                 if name in table_["shown"]]
+    for title, schedule, said in shown:
+        lines += [title, *said, f"  again: {replay.replace('SCHEDULE', shlex.quote(schedule))}"]
     return "\n".join(lines)
 
 
@@ -1015,18 +1327,23 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _EPILOG = f"""\
 exit codes:
   {EXIT_OK}    every check held
-  {EXIT_FAILED}    a check failed, or an answer rests on more than the file and the call
-       (the schedule and the call are named; a failure shown failed again from a fresh start),
-       or the library or --receiver raised as it was made or closed (one line, naming it)
-  {EXIT_USAGE}    bad arguments, or a receiver or file that cannot be used (one line),
-       a --receiver module that raises or will not compile as it is imported included
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+  {EXIT_FAILED}    a check failed, a call hung (--timeout), or an answer rests on more than the
+       file and the call (the schedule and the call are named; a failure shown failed again
+       from a fresh start), or the library or --receiver raised as it was made or closed
+  {EXIT_USAGE}    bad arguments, or a receiver or file that cannot be used, in one line naming
+       the object and method: a signature that does not fit, no write, an answer that is
+       no Outcome, a read() that raises or gives no (epoch, value) pair, a module that
+       raises or will not compile as it is imported
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); 143: SIGTERM; 129: SIGHUP; each leaves no child
+       process and no folder
 
 examples:
   python3 explorer/explore.py --program acquire write
   python3 explorer/explore.py --program acquire check write   # a check leaves the gap
   python3 explorer/explore.py --holders 3 --resources 2 --last-tick 2 --ttl 1
   python3 explorer/explore.py --receiver examples:ReadmeFence
+  python3 explorer/explore.py --receiver examples:TextEpoch --program acquire write \\
+      --last-tick 1 --ttl 1 --first-epoch 9      # '10' < '9'
   python3 explorer/explore.py --statements --program acquire release --last-tick 1"""
 
 
@@ -1056,20 +1373,48 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="explore your receiver: NAME(path) with write(resource, epoch, "
                         "value) answering an Outcome, its text, or a result with .outcome; "
                         "close() and read(resource) if it has them")
+    parser.add_argument("--first-epoch", type=int, metavar="N",
+                        help="the epoch every party sees for the authority's first grant "
+                        "(default 1): 9 shows an epoch kept as TEXT ('10' < '9')")
+    parser.add_argument("--timeout", type=float, metavar="S",
+                        help="a call not answered within S seconds is a hang, exit 1 "
+                        "(default 10)")
+    parser.add_argument("--replay", metavar="WITNESS",
+                        help="play a witness again alone, in a fresh process, as printed after "
+                        "'--replay' (with the same bound, mode and --receiver)")
     parser.add_argument("--sample", type=int, default=8, metavar="N",
                         help="step mode: passing schedules played again from a fresh start "
                         "(default 8)")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
     args = parser.parse_args(argv)
+    ended = {number: signal.signal(number, _interrupted) for number in _ENDING}
     try:
         return _main(args)
-    except KeyboardInterrupt:
-        print("explore: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        print(f"explore: {getattr(exc, 'said', 'interrupted')}", file=sys.stderr)
+        return getattr(exc, "code", EXIT_INTERRUPTED)
     except (ValueError, TypeError, ImportError, Unsupported, OSError, sqlite3.Error,
             LeaseError) as exc:  # a library that cannot open a new file included
         print(f"explore: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        for number, handler in ended.items():
+            signal.signal(number, handler)
+
+
+# SIGTERM and SIGHUP end a run as Ctrl-C does: children stopped, folders removed, and the
+# shell's code for the signal (128 + its number).
+_ENDING = (signal.SIGTERM, signal.SIGHUP)
+
+
+class _Ended(KeyboardInterrupt):
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.code, self.said = 128 + number, f"ended by {signal.Signals(number).name}"
+
+
+def _interrupted(number: int, frame: object) -> None:
+    raise _Ended(number)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -1077,24 +1422,67 @@ def _main(args: argparse.Namespace) -> int:
 
     base = statements.BOUND if args.statements else Bound()
     given = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
-             "resources": args.resources,
+             "resources": args.resources, "first_epoch": args.first_epoch,
+             "timeout": args.timeout,
              "program": tuple(args.program) if args.program else None}
     bound = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
     receivers = places(args.receiver)
+    mode = "statements" if args.statements else "steps"
     started = time.monotonic()
     try:
-        if args.statements:
+        if args.replay is not None and args.statements:
+            text, ok = statements.replay(bound, receivers[0], args.replay)
+        elif args.replay is not None:
+            text, ok = replay_steps(bound, receivers, parse(bound, args.replay))
+        elif args.statements:
             found = statements.explore_statements(bound, receivers[0])
             text, ok = statements.report(found, time.monotonic() - started), found["ok"]
         else:
             result = explore_steps(bound, receivers, sample=args.sample, seed=args.seed)
             text = report(result, time.monotonic() - started)
             ok = not any(result["violations"].values())
+    except Hung as hung:  # a finding: the call, and how to play it again
+        witness = hung.witness or _said(hung.schedule)
+        text, ok = "\n".join([f"hang: {hung.said}", *hung.lines, *[
+            "  again: " + command(bound, receivers, mode, witness)] * bool(witness)]), False
     except (Different, Raised) as exc:  # the code under test's failure, not the explorer's
         print(f"explore: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(text)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # the reader closed stdout (`| head`): the verdict stands
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def parse(bound: Bound, witness: str) -> Schedule:
+    """A step mode witness as printed ("A@0 A@0 B@1"): ValueError naming what does not fit
+    the bound."""
+    schedule, counts, tick = [], Counter[int](), 0
+    for token in witness.replace(",", " ").split():
+        found = re.fullmatch(r"([A-H])@(\d+)", token)
+        h = HOLDERS.index(found.group(1)) if found else bound.holders
+        if not found or h >= bound.holders or not tick <= int(found.group(2)) <= \
+                bound.last_tick or counts[h] == len(bound.program):
+            raise ValueError(f"the witness {witness!r}: {token!r} is no step of this bound "
+                             f"({bound.said()}): a holder, @, a tick that never goes back")
+        tick, counts[h] = int(found.group(2)), counts[h] + 1
+        schedule.append((h, tick))
+    return tuple(schedule)
+
+
+def replay_steps(bound: Bound, receivers: tuple[Place, ...],
+                 schedule: Schedule) -> tuple[str, bool]:
+    """A step mode witness played again alone, in a fresh process: each place's timeline."""
+    with contextlib.ExitStack() as cleanup:
+        steps = Fresh(replay, (bound, receivers, schedule), cleanup).result()
+    failed = sorted({check for w in steps for check, _ in w.failed})
+    lines = [(f"the schedule {_said(schedule)} of {bound.said()}, played again whole in a "
+              "new process, stored pairs as read")]
+    for p, place in enumerate(receivers):
+        lines += [f"at {place.name} ({place.says}):", *_lines(bound, steps, p)]
+    lines.append(f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(CHECKS)})")
+    return "\n".join(lines), not failed
 
 
 if __name__ == "__main__":  # run as the module `explore`, which statements.py imports

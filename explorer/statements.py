@@ -2,8 +2,9 @@
 
 Each holder is a thread of its own.  While this mode runs, sqlite3.connect hands a holder's
 thread a connection that stops before each statement it runs through execute, executemany,
-executescript, commit or rollback, and waits for no lock (a statement run any other way is
-seen by SQLite's trace callback and stops the run: the explorer could not have stopped there).
+executescript, commit, rollback or `with connection:`, and waits for no lock (a statement
+run any other way is seen by SQLite's trace callback and stops the run: the explorer could
+not have stopped there).
 The scheduler lets one holder run at a time, to its next statement or the end of its call.  A
 holder that holds SQLite's write lock runs on to COMMIT alone: in WAL mode no other connection
 can see or change what it does before then.  Before any statement a holder may die: its
@@ -16,8 +17,10 @@ process, and must fail again, before it is shown.  Three verdicts:
 
 * safety: the answers, and what the file holds at the end, are those of some one-at-a-time
   order of the calls (a call that ended comes before any call begun after); a call whose
-  holder died, or that raised, may be in it or not, unless a COMMIT of it returned;
-* liveness: no holder waits for ever (for a lock kept after a call, or in a call that hangs);
+  holder died, or that raised, may be in it or not, unless it committed: a transaction of it
+  that changed a row ended without a rollback (by COMMIT, or an autocommit statement);
+* liveness: no holder waits for ever for a lock kept after a call;
+* and a call that gives no answer within the bound's timeout is explore.Hung: a finding.
 * errors: no call raised (a lock error, say) where the contract answers.
 """
 
@@ -28,27 +31,28 @@ import re
 import sqlite3
 import tempfile
 import threading
+import types
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import explore
 from explore import HOLDERS, Bound, Place, Record, Run, expected, played, recorded
 
 from leases import Lease
 
-__all__ = ["BOUND", "VERDICTS", "Call", "Interleaving", "explore_statements", "play", "report"]
+__all__ = ["BOUND", "VERDICTS", "Call", "Interleaving", "explore_statements", "play", "replay",
+           "replayed", "report"]
 
 BOUND = Bound(2, ("acquire", "write"), last_tick=0, ttl=1)
 VERDICTS = ("safety", "liveness", "errors")
-HANDOFF_SECONDS = 30.0  # bounds a hung call; a call that takes longer is a liveness failure
 
 # A statement that takes SQLite's write lock (or needs it, as a strict checkpoint does).
 _WRITES = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|REPLACE|CREATE|"
                      r"DROP|ALTER|VACUUM|PRAGMA\s+\w*\s*wal_checkpoint\s*\(\s*\W?(FULL|RESTART|"
                      r"TRUNCATE))", re.IGNORECASE)
 _CONNECT = sqlite3.connect  # the explorer's own, never stopped
-UNKNOWN = "unknown"  # a stored pair the receiver cannot say: it has no read(resource)
+UNKNOWN = explore.UNREAD  # a stored pair the receiver cannot say: it has no read(resource)
 ANSWER = "its answer is heard"  # where a holder may die after its last statement
 
 
@@ -73,12 +77,14 @@ class Interleaving(NamedTuple):
     transcript, its verdicts' failures, and what the file holds at the end."""
 
     choices: tuple[int, ...]
+    tokens: tuple[str, ...]  # the choices as a witness prints them: A@0 (start), A (run), A!
     options: tuple[int, ...]
     calls: tuple[Call, ...]
     said: tuple[str, ...]
     failed: tuple[str, ...]
     crashed: str | None  # "acquire, committed: held": the call it died in, and its retry
     final: tuple[Any, ...] | None  # each resource's row and stored pair; None: a lock kept
+    notes: tuple[tuple[int, str], ...] = ()  # replays: after a line of `said`, a write's pairs
 
 
 # --- rules: the three verdicts of one interleaving ---
@@ -119,7 +125,8 @@ def safe(bound: Bound, rules: tuple[str, ...], calls: tuple[Call, ...],
                 return True
         return False
 
-    return bool(order(frozenset(), (Record.empty(len(rules)),) * bound.resources))
+    return bool(order(frozenset(), (Record.empty(len(rules), bound.first_epoch),) *
+                      bound.resources))
 
 
 def _memo(function: Any) -> Any:
@@ -137,6 +144,13 @@ def _held(records: tuple[Record, ...], known: list[bool]) -> tuple[Any, ...]:
     """What the file must hold by the record: each resource's authority row and stored pair."""
     return tuple((record.row, record.stored[0] if read else UNKNOWN)
                  for record, read in zip(records, known))
+
+
+def _token(choice: tuple[Any, ...]) -> str:
+    """A choice as a witness prints it: A@0 starts A's next call at tick 0, A runs A's next
+    statement (or lets its answer be heard), A! kills A there."""
+    kind, h, *tick = choice
+    return HOLDERS[h] + (f"@{tick[0]}" if kind == "start" else "!" if kind == "die" else "")
 
 
 def _raised(run: Run) -> bool:
@@ -171,10 +185,26 @@ class _Gated(sqlite3.Connection):
         return cursor
 
     def commit(self) -> None:
-        self.worker.run(self, "COMMIT", super().commit)
+        if self.in_transaction:  # else sqlite3 runs no statement: nothing to stop before
+            self.worker.run(self, "COMMIT", super().commit)
 
     def rollback(self) -> None:
-        self.worker.run(self, "ROLLBACK", super().rollback)
+        if self.in_transaction:
+            self.worker.run(self, "ROLLBACK", super().rollback)
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.worker.connections.remove(self)
+        super().close()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: types.TracebackType | None) -> Literal[False]:
+        """`with connection:` commits or rolls back as sqlite3 does, stopped before it."""
+        if kind is None:
+            self.commit()
+        else:
+            self.rollback()
+        return False
 
 
 _workers: dict[int, "_Worker"] = {}  # by thread id, while an interleaving plays
@@ -198,10 +228,13 @@ class _Worker:
     """One holder: a thread playing its calls on objects of its own, stopped before each
     statement.  It tells the scheduler ("paused", sql), ("ended", run), ("died", None)."""
 
-    def __init__(self, h: int, path: str, place: Place, told: "queue.SimpleQueue[Any]") -> None:
+    def __init__(self, h: int, path: str, place: Place, told: "queue.SimpleQueue[Any]",
+                 first_epoch: int) -> None:
         self.h, self.path, self.place, self.told = h, path, place, told
+        self.first_epoch, self.hung = first_epoch, False
         self.go: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.connections: list[sqlite3.Connection] = []
+        self.changes: dict[sqlite3.Connection, int] = {}  # rows changed when it last began
         self.objects: list[Any] = []
         self.gated = self.dead = self.allowed = self.writing = self.committed = False
         self.stopping = False
@@ -220,14 +253,22 @@ class _Worker:
                 self.dead, self.stopping = True, order is None
                 raise _Died
         self.allowed = True
+        if not connection.in_transaction:  # what a transaction begun by it finds changed
+            self.changes[connection] = connection.total_changes
         try:
-            return statement()
+            result = statement()
         finally:
             self.allowed = False
             began = _WRITES.match(sql) is not None
             self.writing = connection.in_transaction and (self.writing or began)
-            if re.match(r"\s*(COMMIT|END)\b", sql, re.IGNORECASE) and self.gated:
-                self.committed = self.committed or not connection.in_transaction
+        # A call is committed once a transaction of it that changed a row has ended without
+        # a rollback: by COMMIT, or as an autocommit statement.  One that changed nothing (a
+        # read, a refused write, a COMMIT with none open) leaves it as it was.
+        if not connection.in_transaction and self.gated and not re.match(
+                r"\s*ROLLBACK\b", sql, re.IGNORECASE):
+            self.committed = self.committed or (
+                connection.total_changes > self.changes.get(connection, 0))
+        return result
 
     def traced(self, sql: str) -> None:
         if self.gated and not self.allowed and self.ungated is None:
@@ -239,8 +280,10 @@ class _Worker:
             while (order := self.go.get()) is not None:
                 step, held, resource = order
                 if not self.objects:  # a new process opens the file, not interleaved
-                    self.objects = explore.opened(self.path, (self.place,))
+                    self.objects = explore.opened(self.path, (self.place,),
+                                                  self.first_epoch)
                     if len(self.connections) < len(self.objects):
+                        explore.closed(self.objects, (self.place,))
                         raise explore.Unsupported(
                             f"{self.place.spec!r} opened no connection through sqlite3.connect "
                             "as it was made, so its statements cannot be stopped")
@@ -274,32 +317,65 @@ class _Worker:
 
     def _close(self) -> None:
         """Close every connection as it is: SQLite rolls back what was not committed."""
-        for connection in self.connections:
+        for connection in list(self.connections):  # each removes itself as it closes
             connection.close()
         self.connections, self.objects, self.dead, self.writing = [], [], False, False
+        self.changes = {}
 
 
 # --- one interleaving, played by its choices ---
 
 
-def play(bound: Bound, place: Place, choices: tuple[int, ...], *,
-         crashes: bool = True) -> Interleaving:
+def play(bound: Bound, place: Place, choices: tuple[int, ...], *, crashes: bool = True,
+         tokens: tuple[str, ...] | None = None) -> Interleaving:
     """Play one interleaving from a fresh start: `choices` first (each an index into the
-    choices open there), then the first open choice at each point."""
+    choices open there), or the witness's `tokens`, then the first open choice at each
+    point.  With `tokens` (a replay), each write's stored pair is read before and after."""
     with contextlib.ExitStack() as cleanup:
         folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="statements-"))
         path = os.path.join(folder, "leases.sqlite3")
         told: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        workers = [_Worker(h, path, place, told) for h in range(bound.holders)]
+        workers = [_Worker(h, path, place, told, bound.first_epoch)
+                   for h in range(bound.holders)]
         for worker in workers:
             worker.thread.start()
-            cleanup.callback(_stop, worker)
-        return _Scheduler(bound, place, workers, told, path, crashes).played(choices)
+            cleanup.callback(_stop, worker, bound.timeout)
+        scheduler = _Scheduler(bound, place, workers, told, path, crashes)
+        if tokens is not None:
+            scheduler.observer = _Observer(place, path, bound)
+            cleanup.callback(scheduler.observer.close)
+        try:
+            return scheduler.played(choices, tokens)
+        except BaseException:  # a holder may be in a call that never ends: none is waited for
+            for worker in workers:
+                worker.hung = True
+            raise
 
 
-def _stop(worker: "_Worker") -> None:
+def _stop(worker: "_Worker", seconds: float) -> None:
     worker.go.put(None)
-    worker.thread.join(HANDOFF_SECONDS)
+    if not worker.hung:  # a hung holder's thread is left to its call
+        worker.thread.join(seconds)
+
+
+class _Observer:
+    """Reads what the receiver stores, on objects of its own out of the holders' turns."""
+
+    def __init__(self, place: Place, path: str, bound: Bound) -> None:
+        self.place, self.path, self.bound = place, path, bound
+        self.reader: Any = None
+
+    def close(self) -> None:
+        if self.reader is not None:
+            explore.guarded(self.place.who, "close()", self.reader.close)
+
+    def stored(self, resource: str) -> Any:
+        """The stored pair, or UNKNOWN: no read(resource), or the file not yet made."""
+        if self.reader is None:
+            if not os.path.exists(self.path):
+                return UNKNOWN
+            self.reader = self.place.make(self.path, self.bound.first_epoch - 1)
+        return self.reader.read(resource) if hasattr(self.reader, "read") else UNKNOWN
 
 
 class _Scheduler:
@@ -320,6 +396,12 @@ class _Scheduler:
         self.failed: list[str] = []
         self.crashed: str | None = None
         self.retrying: dict[int, str] = {}  # the call each holder died in, to take again
+        self.tokens: list[str] = []
+        self.observer: _Observer | None = None  # a replay's: each write's pairs read
+        self.notes: list[tuple[int, str]] = []
+        self.before: dict[int, Any] = {}  # by holder: the pair stored as its write began
+        self.answered = [Record.empty(1, bound.first_epoch)] * bound.resources  # calls one
+        # at a time in the order they answered: what the contract answers a write there
 
     def enabled(self) -> list[tuple[Any, ...]]:
         writer = [h for h, worker in enumerate(self.workers) if worker.writing]
@@ -341,14 +423,30 @@ class _Scheduler:
     def may_die(self) -> bool:
         return self.crashes and not self.died
 
-    def played(self, given: tuple[int, ...]) -> Interleaving:
+    def played(self, given: tuple[int, ...],
+               tokens: tuple[str, ...] | None = None) -> Interleaving:
         taken: list[int] = []
         options: list[int] = []
         while choices := self.enabled():
-            index = given[len(taken)] if len(taken) < len(given) else 0
+            named = [_token(choice) for choice in choices]
+            if tokens is not None and len(taken) < len(tokens):
+                if tokens[len(taken)] not in named:  # another bound's, or another answer
+                    self.said.append(f"  the witness's choice {len(taken) + 1}, "
+                                     f"{tokens[len(taken)]!r}, is not open here (open: "
+                                     f"{' '.join(named)})")
+                    self.failed.append("witness")
+                    break
+                index = named.index(tokens[len(taken)])
+            else:
+                index = given[len(taken)] if len(taken) < len(given) else 0
             taken.append(index)
+            self.tokens.append(named[index])
             options.append(1 if self.died and len(taken) > len(given) else len(choices))
             self.take(choices[index])
+        if self.failed:  # the witness went otherwise: nothing more to judge
+            return Interleaving(tuple(taken), tuple(self.tokens), tuple(options),
+                                tuple(self.calls), tuple(self.said), tuple(self.failed),
+                                self.crashed, None, tuple(self.notes))
         if any(p < len(self.bound.program) for p in self.positions) or any(
                 sql is not None for sql in self.sql):
             self.failed.append("liveness")
@@ -361,8 +459,9 @@ class _Scheduler:
                              "leaves what the file holds")
         if any(c.run is not None and _raised(c.run) for c in self.calls):
             self.failed.append("errors")
-        return Interleaving(tuple(taken), tuple(options), tuple(self.calls), tuple(self.said),
-                            tuple(self.failed), self.crashed, final)
+        return Interleaving(tuple(taken), tuple(self.tokens), tuple(options),
+                            tuple(self.calls), tuple(self.said), tuple(self.failed),
+                            self.crashed, final, tuple(self.notes))
 
     def take(self, choice: tuple[Any, ...]) -> None:
         kind, h, *rest = choice
@@ -372,8 +471,12 @@ class _Scheduler:
             (self.tick,) = rest
             step = self.bound.step(h, self.positions[h], self.tick)
             self.begun[h] = step, self.taken
-            self.said.append(f"{actor} {step.action.value} at tick {self.tick}:")
+            resource = self.bound.resource(h)
+            where = f" {resource}" * (self.bound.resources > 1)
+            self.said.append(f"{actor} {step.action.value}{where} at tick {self.tick}:")
             held = None if self.held[h] is None else Lease(*self.held[h])
+            if self.observer and held and step.action.value == "write":
+                self.before[h] = self.observer.stored(resource)
             worker.go.put((step, held, self.bound.resource(h)))
         elif kind == "run":
             if self.sql[h] != ANSWER:
@@ -388,10 +491,14 @@ class _Scheduler:
     def _heard(self, h: int) -> None:
         worker, actor = self.workers[h], HOLDERS[h]
         try:
-            kind, what = self.told.get(timeout=HANDOFF_SECONDS)
+            kind, what = self.told.get(timeout=self.bound.timeout)
         except queue.Empty:
-            raise explore.Different(f"holder {actor} hung in its call: no statement or answer in "
-                                    f"{HANDOFF_SECONDS:.0f} s (liveness)") from None
+            worker.hung = True
+            step = self.begun[h][0]
+            raise explore.Hung(
+                f"holder {actor}'s {step.action.value} at tick {step.tick} gave no answer "
+                f"within {self.bound.timeout:g} s", lines=self.said,
+                witness=" ".join(self.tokens)) from None
         if kind == "broken":
             raise what
         if worker.ungated is not None:
@@ -408,6 +515,7 @@ class _Scheduler:
         if kind == "died":
             self.calls.append(Call(h, step, held, None, worker.committed, start, self.taken))
             self.retrying[h] = f"{step.action.value}, {'not ' * (not worker.committed)}committed"
+            self._noted(h, None, worker.committed)
             return
         run, committed = what
         if run.lock_left:
@@ -418,20 +526,43 @@ class _Scheduler:
             run.events[0][3] in ("granted", "renewed")))
         if h in self.retrying:  # the step taken again by a new process
             self.crashed = f"{self.retrying.pop(h)}: {run.events[0][3]}"
+        self._noted(h, run, committed)
         self.positions[h] += 1
         self.held[h] = run.kept
 
+    def _noted(self, h: int, run: Run | None, committed: bool) -> None:
+        """In a replay, a write's note: the pair stored before and after, and the contract's
+        answer with the calls taken one at a time in the order they answered (a call whose
+        holder died after its COMMIT among them, as the contract answers it)."""
+        step, r, belief = self.begun[h][0], h % self.bound.resources, self.held[h]
+        held = None if belief is None else Lease(*belief)
+        answers, kept = expected(self.answered[r], step, held, (self.place.rules,),
+                                 self.bound.resource(h))
+        if run is not None or committed:
+            self.answered[r] = recorded(self.answered[r], step, held, run or Run(kept, tuple(
+                (step.actor, step.action.value, step.tick, *answer) for answer in answers),
+                False))
+        if h not in self.before or self.observer is None:
+            return
+        after = self.observer.stored(self.bound.resource(h))
+        said = (f"    stored {explore.shown_pair(self.before.pop(h))} as it began -> "
+                f"{explore.shown_pair(after)}")
+        if run is not None:
+            said += f"; the contract, calls taken in the order they answered: {answers[0][0]}"
+        self.notes.append((len(self.said) - 1, said))
     def _final(self) -> tuple[Any, ...]:
         """What the file holds: each resource's authority row, and the stored pair as the
         receiver's read(resource) gives it (UNKNOWN: a reader's receiver without one)."""
         connection = _CONNECT(self.path, isolation_level=None, timeout=0)
-        reader = self.place.make(self.path)
+        reader = self.place.make(self.path, self.bound.first_epoch - 1)
         try:
             held = []
             for r in range(self.bound.resources):
                 resource = explore.RESOURCES[r]
                 row = connection.execute("SELECT holder, epoch, expires_at FROM leases WHERE "
                                          "resource = ?", (resource,)).fetchone()
+                if row is not None:  # as every party sees the epochs: from the first epoch
+                    row = (row[0], row[1] + self.bound.first_epoch - 1, row[2])
                 stored = reader.read(resource) if hasattr(reader, "read") else UNKNOWN
                 held.append((row, stored))
             return tuple(held)
@@ -460,21 +591,24 @@ def explore_statements(bound: Bound, place: Place | None = None) -> dict[str, An
     crashed = Counter(run.crashed for run in found if run.crashed)
     failing = {verdict: next((run for run in found if verdict in run.failed), None)
                for verdict in VERDICTS}
+    shown = {}
     with contextlib.ExitStack() as cleanup:
         for verdict, failed in failing.items():
             if failed is not None:
                 run = failed
-                again = explore.Fresh(replayed, (bound, place, run.choices, _died(run)),
-                                       cleanup).result()
+                again = explore.Fresh(replayed, (bound, place, run.tokens), cleanup).result()
                 if verdict not in again.failed or again.said != run.said:
                     raise explore.Different(_differs(verdict, run, again))
+                shown[verdict] = [*_lines(again), "  again: " + explore.command(
+                    bound, (place,) * (place.spec not in explore.OURS), "statements",
+                    " ".join(again.tokens))]
     return {
         "bound": bound, "receiver": place.name,
         "interleavings": sum(not _died(run) for run in found),
         "crash_schedules": sum(_died(run) for run in found),
         "after_a_crash": dict(sorted(crashed.items())),
         "failed": {verdict: sum(verdict in run.failed for run in found) for verdict in VERDICTS},
-        "witnesses": {verdict: list(run.said) for verdict, run in failing.items() if run},
+        "witnesses": shown,
         "ok": not any(failing.values()),
     }
 
@@ -494,17 +628,39 @@ def _died(run: Interleaving) -> bool:
     return any(" dies before " in line for line in run.said)
 
 
-def replayed(bound: Bound, place: Place, choices: tuple[int, ...],
-             crashes: bool) -> Interleaving:
-    """One interleaving played in a new process: the library imported afresh."""
+def replayed(bound: Bound, place: Place, tokens: tuple[str, ...]) -> Interleaving:
+    """One interleaving played by its witness in a new process: the library imported afresh,
+    each write's stored pairs read."""
     sqlite3.connect = _connect  # type: ignore[assignment]
-    return play(bound, place, choices, crashes=crashes)
+    return play(bound, place, (), tokens=tokens)
 
 
-def _every(bound: Bound, place: Place) -> Iterator[Interleaving]:
+def replay(bound: Bound, place: Place, witness: str) -> tuple[str, bool]:
+    """A printed witness played again alone, in a new process: its transcript and verdicts."""
+    with contextlib.ExitStack() as cleanup:
+        again = explore.Fresh(replayed, (bound, place, tuple(witness.split())),
+                              cleanup).result()
+    if "witness" in again.failed:  # not one of this bound's, or an answer went otherwise
+        raise ValueError(f"the witness {witness!r}: {again.said[-1].strip()}")
+    return "\n".join([
+        (f"the interleaving {witness} of {bound.said()}, receiver {place.name}, played again "
+         "whole in a new process, stored pairs as read"), *_lines(again),
+        *(f"  {verdict}: {'FAILED' if verdict in again.failed else 'held'}"
+          for verdict in VERDICTS)]), not again.failed
+
+
+def _lines(run: Interleaving) -> list[str]:
+    """An interleaving's transcript, each write's note after its answer."""
+    notes = dict(run.notes)
+    return [line for i, said in enumerate(run.said)
+            for line in (said, *([notes[i]] if i in notes else []))]
+
+
+def _every(bound: Bound, place: Place,
+           crashes_or_not: tuple[bool, ...] = (False, True)) -> Iterator[Interleaving]:
     """Each interleaving with no crash, then each with one, depth first: after each, every
     other choice open at each point."""
-    for crashes in (False, True):
+    for crashes in crashes_or_not:
         pending: list[tuple[int, ...]] = [()]
         while pending:
             given = pending.pop()
