@@ -45,6 +45,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 FENCE = ROOT / "recipes" / "fence.sql"
 OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
 BOUND = 60.0  # seconds: only catches a hang
+LOCK_BOUND = 5.0  # seconds a step to end in a lock error may wait: its timeouts are 1-10 ms
 POLL = 0.02  # seconds a wait for a reply lasts before pg_locks is asked again; a reply ends it
 SEEDS, SESSIONS, WRITES = (1, 2, 3), 8, 30
 CALL = re.compile(r"^SELECT fenced_write\((.*)\);\s*-- (\w+)$", re.MULTILINE)
@@ -497,14 +498,15 @@ def play(number: int, scenario: Scenario, sessions: "Sessions") -> list[answers.
 
 def reply(session: "Session", step: Step, sessions: "Sessions", where: str) -> tuple[str, str]:
     """The step's output and SQLSTATE.  A step that waits for a lock fails at once, unless it is
-    to end in a lock error."""
-    deadline = time.monotonic() + BOUND
+    to end in a lock error, which must come within LOCK_BOUND."""
+    bound = LOCK_BOUND if step.expect in LOCK_ERRORS else BOUND
+    deadline = time.monotonic() + bound
     while not session.arrived(POLL):
         holders = sessions.blocking(session)
         if holders and step.expect not in LOCK_ERRORS:
             raise Failed(f"{where} waits for the lock of {', '.join(holders)}")
         if time.monotonic() > deadline:
-            raise Failed(f"{where}: no reply in {BOUND:g} s")
+            raise Failed(f"{where}: no reply in {bound:g} s")
     return session.reply()
 
 
