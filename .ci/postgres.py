@@ -6,8 +6,9 @@ recipes/fence.sql and README's ```sql blocks are PostgreSQL's.  A cluster is mad
 folder (as the `postgres` user when run as root: PostgreSQL refuses root), reached by a Unix
 socket only, stopped and removed at the end.  Then:
 - fence.sql runs through psql, on its own table and on a reader's own (a nullable value, a
-  numeric(12,2) value, columns in another order beside a defaulted one); each README block runs
-  after it, and each `SELECT fenced_write(...); -- answer` in it prints that answer;
+  numeric(12,2) value, a jsonb value, columns in another order beside a defaulted one); each
+  README block runs after it, and each `SELECT fenced_write(...); -- answer` in it prints that
+  answer;
 - each scenario of SCENARIOS, one claim each: psql sessions take its steps in order.  A step
   marked to wait for another session's row lock is seen waiting in pg_locks before the next
   step is sent (a handshake on the server's own state, never a sleep); any other step fails as
@@ -86,6 +87,8 @@ TABLES = {
     "reordered": "CREATE TABLE public.fenced (note text NOT NULL DEFAULT 'kept', value text"
                  " NOT NULL, sequence bigint NOT NULL, epoch bigint NOT NULL, resource text"
                  " PRIMARY KEY)",
+    "json": "CREATE TABLE public.fenced (resource text PRIMARY KEY, epoch bigint NOT NULL,"
+            " sequence bigint NOT NULL, value jsonb NOT NULL)",
 }
 
 SCENARIOS = [
@@ -235,6 +238,10 @@ SCENARIOS = [
         A: fenced_write('r', 2, 1, 'done')  -- applied
         A: fenced_write('r', 3, 1, 'y')  -- done
         A: SELECT note || ' ' || value FROM public.fenced  -- kept done""", "reordered"),
+    Scenario('jsonb: "done" is not done (its text form keeps the quotes)', """
+        A: fenced_write('r', 1, 1, '"done"')  -- applied
+        A: fenced_write('r', 2, 1, '"x"')  -- applied
+        A: SELECT value::text = '"x"' FROM public.fenced  -- t""", "json"),
     Scenario("a temporary table named fenced takes no write", """
         B: fenced_write('r', 2, 1, 'x')  -- applied
         A: CREATE TEMPORARY TABLE fenced (LIKE public.fenced INCLUDING ALL)
