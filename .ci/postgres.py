@@ -346,6 +346,17 @@ SCENARIOS.append(Scenario(
     A: COMMIT
     B: COMMIT  -- 40001
     B: fenced_write('a', 2, 1, 'a2')  -- applied"""))
+SCENARIOS.append(Scenario(
+    "SERIALIZABLE: the same, the write after the other's COMMIT: 40001 at the write", """
+    A: BEGIN ISOLATION LEVEL SERIALIZABLE
+    A: SELECT count(*) FROM public.fenced WHERE resource = '@a'  -- 0
+    B: BEGIN ISOLATION LEVEL SERIALIZABLE
+    B: SELECT count(*) FROM public.fenced WHERE resource = '@b'  -- 0
+    A: fenced_write('b', 2, 1, 'b2')  -- applied
+    A: COMMIT
+    B: fenced_write('a', 2, 1, 'a2')  -- 40001
+    B: ROLLBACK
+    B: fenced_write('a', 2, 1, 'a2')  -- applied"""))
 
 # At each seed, every write in the transaction its mode sends it in.
 MODES = {  # mode: the statements before the write, and after it
