@@ -6,8 +6,9 @@ recipes/fence.sql and README's ```sql blocks are PostgreSQL's.  A cluster is mad
 folder (as the `postgres` user when run as root: PostgreSQL refuses root), reached by a Unix
 socket only, stopped and removed at the end.  Then:
 - fence.sql runs through psql, on its own table and on a reader's own (a nullable value, a
-  numeric(12,2) value); each README block runs after it, and each `SELECT fenced_write(...);
-  -- answer` in it prints that answer;
+  numeric(12,2) value, a jsonb value, columns in another order beside a defaulted one); each
+  README block runs after it, and each `SELECT fenced_write(...); -- answer` in it prints that
+  answer;
 - each scenario of SCENARIOS, one claim each: psql sessions take its steps in order.  A step
   marked to wait for another session's row lock is seen waiting in pg_locks before the next
   step is sent (a handshake on the server's own state, never a sleep); any other step fails as
@@ -45,6 +46,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 FENCE = ROOT / "recipes" / "fence.sql"
 OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
 BOUND = 60.0  # seconds: only catches a hang
+LOCK_BOUND = 5.0  # seconds a step to end in a lock error may wait: its timeouts are 1-10 ms
 POLL = 0.02  # seconds a wait for a reply lasts before pg_locks is asked again; a reply ends it
 SEEDS, SESSIONS, WRITES = (1, 2, 3), 8, 30
 CALL = re.compile(r"^SELECT fenced_write\((.*)\);\s*-- (\w+)$", re.MULTILINE)
@@ -82,6 +84,11 @@ TABLES = {
                 " sequence bigint NOT NULL, value text)",
     "amounts": "CREATE TABLE public.fenced (resource text PRIMARY KEY, epoch bigint NOT NULL,"
                " sequence bigint NOT NULL, value numeric(12,2) NOT NULL)",
+    "reordered": "CREATE TABLE public.fenced (note text NOT NULL DEFAULT 'kept', value text"
+                 " NOT NULL, sequence bigint NOT NULL, epoch bigint NOT NULL, resource text"
+                 " PRIMARY KEY)",
+    "json": "CREATE TABLE public.fenced (resource text PRIMARY KEY, epoch bigint NOT NULL,"
+            " sequence bigint NOT NULL, value jsonb NOT NULL)",
 }
 
 SCENARIOS = [
@@ -154,9 +161,27 @@ SCENARIOS = [
         A: fenced_write('r', 1, 1, 'y')  -- stale
         B: BEGIN
         B: SET LOCAL lock_timeout = '10ms'
+        B: fenced_write('s', 1, 1, 'z')  -- applied
         B: fenced_write('r', 3, 1, 'z')  -- 55P03
-        B: ROLLBACK
+        B: COMMIT
         A: COMMIT
+        B: fenced_write('r', 3, 1, 'z')  -- applied
+        B: fenced_write('s', 1, 1, 'y')  -- applied"""),
+    Scenario("SET LOCAL lock_timeout alone (as a statement pooler sends it) does nothing", """
+        A: fenced_write('r', 2, 1, 'x')  -- applied
+        A: BEGIN
+        A: fenced_write('r', 1, 1, 'y')  -- stale
+        B: SET LOCAL lock_timeout = '10ms'  -- WARNING:  SET LOCAL can only be used in transaction blocks
+        B: fenced_write('r', 3, 1, 'z')  -- waits for A, then applied
+        A: COMMIT"""),
+    Scenario("ALTER FUNCTION ... SET lock_timeout bounds every call, lone ones too: 55P03", """
+        A: fenced_write('r', 2, 1, 'x')  -- applied
+        A: ALTER FUNCTION public.fenced_write SET lock_timeout = '10ms'
+        A: BEGIN
+        A: fenced_write('r', 1, 1, 'y')  -- stale
+        B: fenced_write('r', 3, 1, 'z')  -- 55P03
+        A: COMMIT
+        A: ALTER FUNCTION public.fenced_write RESET lock_timeout
         B: fenced_write('r', 3, 1, 'z')  -- applied"""),
     Scenario("two sessions writing two rows in one order do not deadlock", """
         A: fenced_write('r', 5, 1, 'x')  -- applied
@@ -178,13 +203,15 @@ SCENARIOS = [
         B: SET deadlock_timeout = '1ms'
         A: BEGIN
         B: BEGIN
+        B: fenced_write('t', 1, 1, 'b')  -- applied
         A: fenced_write('r', 4, 1, 'a')  -- stale
         B: fenced_write('s', 4, 1, 'b')  -- stale
         A: fenced_write('s', 4, 1, 'a')  -- waits for B, then stale
         B: fenced_write('r', 4, 1, 'b')  -- 40P01
         B: SELECT 1  -- 25P02
         B: ROLLBACK
-        A: COMMIT"""),
+        A: COMMIT
+        A: fenced_write('t', 1, 1, 'a')  -- applied"""),
     # Use READ COMMITTED, the default ...
     Scenario("READ COMMITTED is the default", """
         A: SHOW transaction_isolation  -- read committed"""),
@@ -205,6 +232,16 @@ SCENARIOS = [
         A: fenced_write('r', 2, 1, 10.004)  -- applied
         A: fenced_write('r', 2, 1, 9.995)  -- replay
         A: SELECT 10.005::numeric(12,2)  -- 10.01""", "amounts"),
+    Scenario("the table's own column order, and a column with a default", """
+        A: fenced_write('r', 1, 1, 'x')  -- applied
+        A: fenced_write('r', 1, 1, 'x')  -- replay
+        A: fenced_write('r', 2, 1, 'done')  -- applied
+        A: fenced_write('r', 3, 1, 'y')  -- done
+        A: SELECT note || ' ' || value FROM public.fenced  -- kept done""", "reordered"),
+    Scenario('jsonb: "done" is not done (its text form keeps the quotes)', """
+        A: fenced_write('r', 1, 1, '"done"')  -- applied
+        A: fenced_write('r', 2, 1, '"x"')  -- applied
+        A: SELECT value::text = '"x"' FROM public.fenced  -- t""", "json"),
     Scenario("a temporary table named fenced takes no write", """
         B: fenced_write('r', 2, 1, 'x')  -- applied
         A: CREATE TEMPORARY TABLE fenced (LIKE public.fenced INCLUDING ALL)
@@ -254,6 +291,14 @@ for level in ("REPEATABLE READ", "SERIALIZABLE"):
                 B: fenced_write('r', {other})  -- applied
                 A: fenced_write('r', {mine})  -- 40001
                 A: ROLLBACK"""),
+            Scenario(f"{level}: {answer}, the row written after SET LOCAL, which takes no "
+                     "snapshot", f"""
+                {seeded}
+                A: BEGIN ISOLATION LEVEL {level}
+                A: SET LOCAL lock_timeout = '2s'
+                B: fenced_write('r', {other})  -- applied
+                A: fenced_write('r', {mine})  -- {answer}
+                A: COMMIT"""),
             Scenario(f"{level}: {answer}, the row written before the first statement", f"""
                 {seeded}
                 A: BEGIN ISOLATION LEVEL {level}
@@ -290,6 +335,29 @@ for level in ("REPEATABLE READ", "SERIALIZABLE"):
             A: fenced_write('r', 3, 1, 'z')  -- applied
             A: COMMIT""")]
 
+SCENARIOS.append(Scenario(
+    "SERIALIZABLE: another row's read, changed by a write that committed: 40001 at COMMIT", """
+    A: BEGIN ISOLATION LEVEL SERIALIZABLE
+    A: SELECT count(*) FROM public.fenced WHERE resource = '@a'  -- 0
+    B: BEGIN ISOLATION LEVEL SERIALIZABLE
+    B: SELECT count(*) FROM public.fenced WHERE resource = '@b'  -- 0
+    A: fenced_write('b', 2, 1, 'b2')  -- applied
+    B: fenced_write('a', 2, 1, 'a2')  -- applied
+    A: COMMIT
+    B: COMMIT  -- 40001
+    B: fenced_write('a', 2, 1, 'a2')  -- applied"""))
+SCENARIOS.append(Scenario(
+    "SERIALIZABLE: the same, the write after the other's COMMIT: 40001 at the write", """
+    A: BEGIN ISOLATION LEVEL SERIALIZABLE
+    A: SELECT count(*) FROM public.fenced WHERE resource = '@a'  -- 0
+    B: BEGIN ISOLATION LEVEL SERIALIZABLE
+    B: SELECT count(*) FROM public.fenced WHERE resource = '@b'  -- 0
+    A: fenced_write('b', 2, 1, 'b2')  -- applied
+    A: COMMIT
+    B: fenced_write('a', 2, 1, 'a2')  -- 40001
+    B: ROLLBACK
+    B: fenced_write('a', 2, 1, 'a2')  -- applied"""))
+
 # At each seed, every write in the transaction its mode sends it in.
 MODES = {  # mode: the statements before the write, and after it
     "read committed": ("BEGIN;", "COMMIT;"),
@@ -315,7 +383,8 @@ class Step:
 
 
 def steps(scenario: Scenario, number: int) -> list[Step]:
-    """The scenario's steps; each resource's name prefixed with `number`, to be its own."""
+    """The scenario's steps; each resource's name prefixed with `number`, to be its own (in a
+    statement other than a write, a resource is written '@name')."""
     found = []
     for line in filter(None, map(str.strip, scenario.script.splitlines())):
         step = STEP.fullmatch(line)
@@ -327,6 +396,7 @@ def steps(scenario: Scenario, number: int) -> list[Step]:
             resource, epoch, sequence, value = arguments(called[1])
             write = (f"{number}-{resource}", epoch, sequence, value)
             statement = call(write)
+        statement = statement.replace("'@", f"'{number}-")  # a resource named in a read
         found.append(Step(session, statement, write, expect or "", waits_for or ""))
     return found
 
@@ -446,14 +516,15 @@ def play(number: int, scenario: Scenario, sessions: "Sessions") -> list[answers.
 
 def reply(session: "Session", step: Step, sessions: "Sessions", where: str) -> tuple[str, str]:
     """The step's output and SQLSTATE.  A step that waits for a lock fails at once, unless it is
-    to end in a lock error."""
-    deadline = time.monotonic() + BOUND
+    to end in a lock error, which must come within LOCK_BOUND."""
+    bound = LOCK_BOUND if step.expect in LOCK_ERRORS else BOUND
+    deadline = time.monotonic() + bound
     while not session.arrived(POLL):
         holders = sessions.blocking(session)
         if holders and step.expect not in LOCK_ERRORS:
             raise Failed(f"{where} waits for the lock of {', '.join(holders)}")
         if time.monotonic() > deadline:
-            raise Failed(f"{where}: no reply in {BOUND:g} s")
+            raise Failed(f"{where}: no reply in {bound:g} s")
     return session.reply()
 
 
@@ -531,8 +602,8 @@ def check(folder: str, readme: pathlib.Path, seeds: list[int]) -> None:
             raise Failed(f"README's sql block {number} prints {said}, not "
                          f"{[call[4] for call in calls]}")
         shown += agree(calls, f"README's sql block {number}")
-    say(f"recipes/fence.sql runs on 3 tables; README's {len(blocks)} sql block(s): {shown} "
-        "answers as shown")
+    say(f"recipes/fence.sql runs on {len(TABLES)} tables; README's {len(blocks)} sql block(s): "
+        f"{shown} answers as shown")
     sessions, answered = Sessions(folder), []
     for number, scenario in enumerate(SCENARIOS, 1):
         answered += play(number, scenario, sessions)
