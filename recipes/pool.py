@@ -41,6 +41,7 @@ import signal
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Callable
 from multiprocessing import resource_tracker
 from typing import IO, Any, cast
 
@@ -52,7 +53,8 @@ from leases import Lease, LeaseAuthority, LeaseError, LeaseHeld
 
 __all__ = ["Fault", "judge", "main", "names", "plan", "run_pool"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+STOPS = {signal.SIGINT, signal.SIGTERM}  # Ctrl-C, and a SIGTERM taken as one
 BOUND = 60.0  # seconds a worker may stay silent: a hang, never an order
 LONG = 2 * worker.TTL  # steps of every tenth job's work
 STORE_STEPS = ("look", "acquire", "write running", "renew", "write done", "release")
@@ -329,7 +331,7 @@ class Pool:
         parent, child_end = self.context.Pipe()
         process = self.context.Process(target=child, name=name, args=(
             name, child_end, self.tick, self.folder, self.blind))
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the child inherits
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)  # the child inherits it
         try:
             process.start()
             self.processes.append(Process(name, process, parent))
@@ -517,7 +519,8 @@ def run_pool(workers: int, jobs: int, faults: list[Fault], blind: bool,
                 "judged": judge(pool.jobs_file), "planned": planned,
                 "errors": {one.name: one.error for one in pool.processes if one.error}}
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cleanup runs whole
+        for stop in STOPS:  # the cleanup runs whole
+            signal.signal(stop, signal.SIG_IGN)
         if pool is not None:
             pool.close()
         shutil.rmtree(folder, ignore_errors=True)
@@ -531,10 +534,17 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"pool: {message}\n")
 
 
-def positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1, got {text!r}")
-    return int(text)
+def counted(most: int) -> Callable[[str], int]:
+    def count(text: str) -> int:
+        if not (text.isascii() and text.isdigit() and 1 <= int(text) <= most):
+            raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {most}, "
+                                             f"got {text!r}")
+        return int(text)
+    return count
+
+
+def terminated(signum: int, _: object) -> None:  # SIGTERM: stopped as by Ctrl-C
+    raise KeyboardInterrupt(signum)
 
 
 def table(found: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -567,18 +577,20 @@ def table(found: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, terminated)
     try:
         return command(argv)
-    except KeyboardInterrupt:  # before the run, or during it: its cleanup is done
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as stop:  # before the run, or during it: its cleanup is done
+        return EXIT_TERMINATED if stop.args == (signal.SIGTERM,) else EXIT_INTERRUPTED
 
 
 def command(argv: list[str] | None) -> int:
     parser = Parser(prog="pool.py", description=__doc__.split("\n\n")[0],
                     epilog="exit 0: no update lost, no done reverted, no job unfinished; 1: "
-                    "otherwise, each named on stderr; 2: a bad argument; 130: Ctrl-C")
-    parser.add_argument("--workers", type=positive, default=5, help="worker processes (5)")
-    parser.add_argument("--jobs", type=positive, default=30, help="jobs (30)")
+                    "otherwise, each named on stderr; 2: a bad argument; 130: Ctrl-C; 143: SIGTERM")
+    parser.add_argument("--workers", type=counted(64), default=5,
+                        help="worker processes (5; at most 64)")
+    parser.add_argument("--jobs", type=counted(10_000), default=30, help="jobs (30; at most 10,000)")
     parser.add_argument("--faults", action="store_true", help="inject faults drawn from --seed")
     parser.add_argument("--seed", type=int, default=0, help="the draw of faults (0)")
     parser.add_argument("--blind", action="store_true", help="write without the fence")

@@ -197,14 +197,21 @@ class WorkerTests(Files):
         self.assertEqual(self.authority().acquire("job-1", "probe", now=0, ttl=1).epoch, 2)
 
     def test_done_is_final_a_worker_refused_with_done_moves_on_without_the_work(self) -> None:
-        def late_done_first(db: sqlite3.Connection, given: dict[str, object]) -> str:
-            if given["value"] == "running":  # an older holder's "done" lands in the gap
-                fence.fenced_write(db, write("job-1", 0, 2, "done"))
-            return fence.fenced_write(db, given)
+        # An older holder's "done" lands in the gap; or (the same rule for "stale") a newer
+        # holder's "running" does: either way the work is not this worker's to do.
+        for first in (write("job-1", 0, 2, "done"), write("job-1", 5, 1, "running")):
+            with self.subTest(first=first["value"]):
+                self.db.execute("UPDATE fenced SET epoch = 0, sequence = 0, value = 'queued'")
 
-        self.run_worker(["job-1"], write=late_done_first)
-        self.assertEqual((self.runs, self.stored()), ([], (0, 2, "done")))
-        self.assertIsNone(self.authority().current("job-1", now=0))  # released
+                def landed_first(db: sqlite3.Connection, given: dict[str, object]) -> str:
+                    if given["value"] == "running" and given["epoch"] != 5:
+                        fence.fenced_write(db, first)  # noqa: B023 - used within the loop
+                    return fence.fenced_write(db, given)
+
+                self.run_worker(["job-1"], write=landed_first)
+                self.assertEqual((self.runs, self.stored()),
+                                 ([], (first["epoch"], first["sequence"], first["value"])))
+                self.assertIsNone(self.authority().current("job-1", now=0))  # released
 
     def test_a_worker_looks_before_acquiring_and_again_once_granted(self) -> None:
         fence.fenced_write(self.db, write("job-1", 1, 2, "done"))
