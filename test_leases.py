@@ -130,10 +130,9 @@ def in_processes(test: unittest.TestCase, calls: list[tuple[Any, ...]],
 
 def overtaking(test: unittest.TestCase, kind: str, path: str, first: tuple[Any, ...],
                second: tuple[Any, ...]) -> list[Any]:
-    """Play `first` and `second` in two processes, the second overtaking the first: the first
-    stops inside its transaction, after its read and before its INSERT; then the second
-    starts; the first goes on once the second has sent its BEGIN.  A call that read outside
-    its transaction has now read what the first read, before the first wrote."""
+    """`first` and `second` in two processes, the second overtaking the first: the first stops
+    after its read, before its INSERT; the second starts; the first goes on once the second
+    has sent its BEGIN.  A call that read outside its transaction read before the first wrote."""
     first_opened, second_opened = SPAWN.Event(), SPAWN.Event()  # each has its database open
     first_inside, first_goes_on = SPAWN.Event(), SPAWN.Event()
     second_begins, second_goes_on = SPAWN.Event(), SPAWN.Event()
@@ -166,8 +165,8 @@ def shown(record: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def interrupting(call: Callable[[int], object]) -> Iterator[int]:
-    """Make `call(n)` for n = 1, 2, ... with a Ctrl-C at the n-th point where CPython takes
-    one, just after a call returns; yield each n so interrupted, until a call runs through."""
+    """`call(n)` for n = 1, 2, ... with a Ctrl-C at the n-th point where CPython takes one (as a
+    call returns); yield each n so interrupted, until a call runs through."""
     calls = {name for name in dis.opname if name.startswith("CALL")}
     left, before = [0], dict[Any, str]()  # points to pass; each frame's last instruction
 
@@ -340,8 +339,7 @@ class StorageTests(unittest.TestCase):
         path = new_path(self)  # the receiver's file apart: a transaction left open shows at once
         authority, receiver = opened(self, LeaseAuthority(path)), opened(self, Receiver(path + "-r"))
         authority.acquire(RESOURCE, "A", now=0, ttl=1)
-        # Ctrl-C at every point of a call where CPython takes one, BEGIN's return included:
-        # no transaction and no lock is left behind.
+        # A Ctrl-C wherever CPython takes one in a call, BEGIN's return too, leaves nothing.
         for database, call in [(authority, lambda n: authority.acquire(f"r{n}", "B", now=0, ttl=1)),
                                (receiver, lambda n: receiver.write(f"r{n}", 1, "v"))]:
             for point in interrupting(call):
@@ -405,22 +403,20 @@ class StorageTests(unittest.TestCase):
                     bad_call()
                 self.assertTrue(str(raised.exception).startswith(name), raised.exception)
         self.assertEqual(statements, [])
-        self.assertEqual(authority.acquire(RESOURCE, "A", now=2**63 - 2, ttl=1).expires_at,
-                         2**63 - 1)  # the largest tick is taken
+        self.assertEqual(authority.acquire("edge", "A", now=2**63 - 2, ttl=1).expires_at, 2**63 - 1)
 
     def test_a_file_that_is_not_this_librarys_database_is_left_as_it_was(self) -> None:
-        def holding(data: bytes) -> Callable[[str], object]:
-            return lambda path: pathlib.Path(path).write_bytes(data)
-
         def sqlite(create: str) -> Callable[[str], None]:
             def make(path: str) -> None:
                 with contextlib.closing(sqlite3.connect(path)) as connection:
                     connection.executescript(create)
             return make
 
-        for name, make in [("a text file", holding(b"not a database\n")),
-                           *[(f"a file of one byte, {byte!r}", holding(byte))
-                             for byte in (b"x", b"\n", b"0", b"\0")],
+        def holding(data: bytes) -> Callable[[str], object]:
+            return lambda path: pathlib.Path(path).write_bytes(data)
+
+        for name, make in [*[(f"a file holding {data!r}", holding(data))
+                             for data in (b"not a database\n", b"x", b"\n", b"0", b"\0")],
                            ("another program's database", sqlite("CREATE TABLE t (x)")),
                            ("a database of views alone", sqlite("CREATE VIEW v AS SELECT 1")),
                            ("a database marked as another's", sqlite("PRAGMA user_version = 7")),
@@ -597,19 +593,23 @@ class CommandLineTests(unittest.TestCase):
                              ("broken", "step 0 (A acquire at tick 9223372036854775807)"))
             with mock.patch.object(run_experiment, "run_scenarios", side_effect=failed.exception):
                 self.assertEqual(command_line("--check", results)[0], 3)
+        self.each_stop_stops_the_workers_and_removes_the_folder(folder)
+
+    def each_stop_stops_the_workers_and_removes_the_folder(self, folder: str) -> None:
+        kept = sorted(os.listdir(folder))
         for exit_code, moment, where, effect in [
                 (130, "Ctrl-C awaiting a report", (run_experiment, "_report"), KeyboardInterrupt),
                 (130, "Ctrl-C starting a worker", (SPAWN.Process, "start"), KeyboardInterrupt),
                 (143, "SIGTERM awaiting a report", (run_experiment, "_report"),
                  lambda *_: os.kill(os.getpid(), signal.SIGTERM)),
                 (2, "no process to be had", (SPAWN.Process, "start"), BlockingIOError(11, "no"))]:
-            with self.subTest(f"{exit_code}: {moment} stops the workers, removes the folder"), \
+            with self.subTest(f"{exit_code}: {moment}, in one line"), \
                     mock.patch.object(*where, side_effect=effect), \
                     mock.patch.object(tempfile, "tempdir", folder):
                 code, _, stderr = command_line("--output", os.path.join(folder, "x.json"))
                 self.assertEqual((code, stderr.count("\n")), (exit_code, 1))
                 self.assertEqual(multiprocessing.active_children(), [])
-                self.assertEqual(sorted(os.listdir(folder)), ["deep.json", longest])
+                self.assertEqual(sorted(os.listdir(folder)), kept)
 
 
 if __name__ == "__main__":
