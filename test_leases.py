@@ -185,13 +185,11 @@ def interrupting(call: Callable[[int], object]) -> Iterator[int]:
         sys.settrace(trace)
         try:
             call(n)
+            return  # it ran through: every point was interrupted once
         except KeyboardInterrupt:
-            pass
-        else:
-            return
+            yield n  # the trace that raised it is unset already
         finally:
             sys.settrace(None)
-        yield n
 
 
 def refusing_one_commit() -> Callable[..., int]:
