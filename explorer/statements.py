@@ -20,7 +20,7 @@ process, and must fail again, before it is shown.  Three verdicts:
   holder died, or that raised, may be in it or not, unless it committed: a transaction of it
   that changed a row ended without a rollback (by COMMIT, or an autocommit statement);
 * liveness: no holder waits for ever for a lock kept after a call;
-* and a call that gives no answer within the bound's timeout is explore.Hung: a finding.
+* and a call that gives no answer within the bound's timeout is core.Hung: a finding.
 * errors: no call raised (a lock error, say) where the contract answers.
 """
 
@@ -36,8 +36,10 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, Literal, NamedTuple
 
-import explore
-from explore import HOLDERS, Bound, Place, Record, Run, expected, played, recorded
+import calls
+import core
+from calls import Place, played
+from core import HOLDERS, Bound, Record, Run, expected, recorded
 
 from leases import Lease
 
@@ -52,7 +54,7 @@ _WRITES = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|RE
                      r"DROP|ALTER|VACUUM|PRAGMA\s+\w*\s*wal_checkpoint\s*\(\s*\W?(FULL|RESTART|"
                      r"TRUNCATE))", re.IGNORECASE)
 _CONNECT = sqlite3.connect  # the explorer's own, never stopped
-UNKNOWN = explore.UNREAD  # a stored pair the receiver cannot say: it has no read(resource)
+UNKNOWN = core.UNREAD  # a stored pair the receiver cannot say: it has no read(resource)
 ANSWER = "its answer is heard"  # where a holder may die after its last statement
 
 
@@ -117,7 +119,7 @@ def safe(bound: Bound, rules: tuple[str, ...], calls: tuple[Call, ...],
                                    *answer) for answer in answers), False)
             if call in answered:
                 assert call.run is not None
-                if call.run.kept != kept or any(explore.compared(e, a) != a for e, a in zip(
+                if call.run.kept != kept or any(core.compared(e, a) != a for e, a in zip(
                         call.run.events, answers)):
                     continue
             after = recorded(records[r], call.step, call.held, run)
@@ -280,11 +282,11 @@ class _Worker:
             while (order := self.go.get()) is not None:
                 step, held, resource = order
                 if not self.objects:  # a new process opens the file, not interleaved
-                    self.objects = explore.opened(self.path, (self.place,),
+                    self.objects = calls.opened(self.path, (self.place,),
                                                   self.first_epoch)
                     if len(self.connections) < len(self.objects):
-                        explore.closed(self.objects, (self.place,))
-                        raise explore.Unsupported(
+                        calls.closed(self.objects, (self.place,))
+                        raise core.Unsupported(
                             f"{self.place.spec!r} opened no connection through sqlite3.connect "
                             "as it was made, so its statements cannot be stopped")
                 self.gated, self.committed = True, False
@@ -307,7 +309,7 @@ class _Worker:
                         return
                     self.told.put(("died", None))
                     continue
-                self.told.put(("ended", (Run(explore.lease_fields(kept), events, left),
+                self.told.put(("ended", (Run(core.lease_fields(kept), events, left),
                                          self.committed)))
         except BaseException as exc:  # noqa: BLE001 - told, and raised by the scheduler
             self.told.put(("broken", exc))
@@ -367,7 +369,7 @@ class _Observer:
 
     def close(self) -> None:
         if self.reader is not None:
-            explore.guarded(self.place.who, "close()", self.reader.close)
+            core.guarded(self.place.who, "close()", self.reader.close)
 
     def stored(self, resource: str) -> Any:
         """The stored pair, or UNKNOWN: no read(resource), or the file not yet made."""
@@ -495,14 +497,14 @@ class _Scheduler:
         except queue.Empty:
             worker.hung = True
             step = self.begun[h][0]
-            raise explore.Hung(
+            raise core.Hung(
                 f"holder {actor}'s {step.action.value} at tick {step.tick} gave no answer "
                 f"within {self.bound.timeout:g} s", lines=self.said,
                 witness=" ".join(self.tokens)) from None
         if kind == "broken":
             raise what
         if worker.ungated is not None:
-            raise explore.Unsupported(f"holder {actor} ran {worker.ungated!r} where the "
+            raise core.Unsupported(f"holder {actor} ran {worker.ungated!r} where the "
                                       "explorer cannot stop it: run each statement through a "
                                       "connection's execute, executemany or executescript")
         if kind == "paused":
@@ -545,8 +547,8 @@ class _Scheduler:
         if h not in self.before or self.observer is None:
             return
         after = self.observer.stored(self.bound.resource(h))
-        said = (f"    stored {explore.shown_pair(self.before.pop(h))} as it began -> "
-                f"{explore.shown_pair(after)}")
+        said = (f"    stored {core.shown_pair(self.before.pop(h))} as it began -> "
+                f"{core.shown_pair(after)}")
         if run is not None:
             said += f"; the contract, calls taken in the order they answered: {answers[0][0]}"
         self.notes.append((len(self.said) - 1, said))
@@ -558,7 +560,7 @@ class _Scheduler:
         try:
             held = []
             for r in range(self.bound.resources):
-                resource = explore.RESOURCES[r]
+                resource = core.RESOURCES[r]
                 row = connection.execute("SELECT holder, epoch, expires_at FROM leases WHERE "
                                          "resource = ?", (resource,)).fetchone()
                 if row is not None:  # as every party sees the epochs: from the first epoch
@@ -568,7 +570,7 @@ class _Scheduler:
             return tuple(held)
         finally:
             connection.close()
-            explore.guarded(self.place.who, "close()", reader.close)
+            core.guarded(self.place.who, "close()", reader.close)
 
 
 # --- the search: every interleaving, by its choices ---
@@ -577,8 +579,8 @@ class _Scheduler:
 def explore_statements(bound: Bound, place: Place | None = None) -> dict[str, Any]:
     """Every interleaving of `bound` at each statement, and each with one crash; the table.
     A failing one is played again whole in a new process: it must fail again, else
-    explore.Different."""
-    place = place or explore.places()[0]
+    core.Different."""
+    place = place or calls.places()[0]
     sqlite3.connect = _connect  # type: ignore[assignment]
     found = []
     try:
@@ -596,11 +598,11 @@ def explore_statements(bound: Bound, place: Place | None = None) -> dict[str, An
         for verdict, failed in failing.items():
             if failed is not None:
                 run = failed
-                again = explore.Fresh(replayed, (bound, place, run.tokens), cleanup).result()
+                again = core.Fresh(replayed, (bound, place, run.tokens), cleanup).result()
                 if verdict not in again.failed or again.said != run.said:
-                    raise explore.Different(_differs(verdict, run, again))
-                shown[verdict] = [*_lines(again), "  again: " + explore.command(
-                    bound, (place,) * (place.spec not in explore.OURS), "statements",
+                    raise core.Different(_differs(verdict, run, again))
+                shown[verdict] = [*_lines(again), "  again: " + core.command(
+                    bound, (place,) * (place.spec not in calls.OURS), "statements",
                     " ".join(again.tokens))]
     return {
         "bound": bound, "receiver": place.name,
@@ -638,7 +640,7 @@ def replayed(bound: Bound, place: Place, tokens: tuple[str, ...]) -> Interleavin
 def replay(bound: Bound, place: Place, witness: str) -> tuple[str, bool]:
     """A printed witness played again alone, in a new process: its transcript and verdicts."""
     with contextlib.ExitStack() as cleanup:
-        again = explore.Fresh(replayed, (bound, place, tuple(witness.split())),
+        again = core.Fresh(replayed, (bound, place, tuple(witness.split())),
                               cleanup).result()
     if "witness" in again.failed:  # not one of this bound's, or an answer went otherwise
         raise ValueError(f"the witness {witness!r}: {again.said[-1].strip()}")

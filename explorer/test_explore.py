@@ -30,17 +30,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import calls
+import core
 import examples
 import explore
 import statements
-from explore import Bound
+import steps
+from core import Bound
 
 from leases import LeaseAuthority
 from run_experiment import Answer
 
 CONNECT = sqlite3.connect  # as a module that imported it by name holds it
 TIMEOUT = 120.0  # bounds a hung run; no test waits for it to pass
-NAMES = [cls.name for cls in explore.CLASSES]
+NAMES = [cls.name for cls in core.CLASSES]
 SMALL = {
     "takeover": Bound(2, ("acquire", "write"), last_tick=1, ttl=1),
     "three decisions": Bound(2, ("acquire", "write", "write"), last_tick=1, ttl=1),
@@ -56,7 +59,7 @@ _tables: dict[str, dict[str, Any]] = {}
 def table(name: str) -> dict[str, Any]:
     """Each small bound explored once for the whole module (a sample of 2 replayed)."""
     if name not in _tables:
-        _tables[name] = explore.explore_steps(SMALL[name], sample=2)
+        _tables[name] = steps.explore_steps(SMALL[name], sample=2)
     return _tables[name]
 
 
@@ -71,9 +74,9 @@ def schedules(bound: Bound) -> list[tuple[tuple[int, int], ...]]:
         if not any(left):
             found.append(schedule)
         tick = schedule[-1][1] if schedule else 0
-        for h, steps in enumerate(left):
-            for later in range(tick, bound.last_tick + 1) if steps else ():
-                extend((*schedule, (h, later)), [*left[:h], steps - 1, *left[h + 1:]])
+        for h, count in enumerate(left):
+            for later in range(tick, bound.last_tick + 1) if count else ():
+                extend((*schedule, (h, later)), [*left[:h], count - 1, *left[h + 1:]])
 
     extend((), [len(bound.program)] * bound.holders)
     return found
@@ -82,7 +85,7 @@ def schedules(bound: Bound) -> list[tuple[tuple[int, int], ...]]:
 def brute_force(bound: Bound) -> tuple[dict[str, dict[str, int]], set[int]]:
     """Each place's schedules in each class, and every epoch granted: each schedule played
     whole on a new file, its writes judged from the events that came before them."""
-    receivers = explore.places()
+    receivers = calls.places()
     counts = {place.name: Counter[str]() for place in receivers}
     epochs: set[int] = set()
     for schedule in schedules(bound):
@@ -112,7 +115,7 @@ def _played_whole(bound: Bound, schedule: tuple[tuple[int, int], ...], objects: 
         step, resource = bound.step(h, positions[h], tick), bound.resource(h)
         positions[h] += 1
         held = leases[h]
-        leases[h], events = explore.played(step, held, objects, path, resource)
+        leases[h], events = calls.played(step, held, objects, path, resource)
         outcome, epoch, expires_at = events[0][3], events[0][4], events[0][5]
         if outcome in (Answer.GRANTED, Answer.RENEWED):
             expiry[step.actor] = expires_at
@@ -142,7 +145,7 @@ def _played_whole(bound: Bound, schedule: tuple[tuple[int, int], ...], objects: 
     return seen
 
 
-def one_at_a_time(bound: Bound, place: explore.Place, run: Any) -> bool:
+def one_at_a_time(bound: Bound, place: calls.Place, run: Any) -> bool:
     """Whether some order of an interleaving's calls (none ending before another began comes
     after it), played one at a time by the real code on a new file, gives every answer and
     the stored pairs the interleaving left: the statement mode's safety, found otherwise."""
@@ -155,13 +158,13 @@ def one_at_a_time(bound: Bound, place: explore.Place, run: Any) -> bool:
             path = os.path.join(folder, "sequential.sqlite3")
             objects = [LeaseAuthority(path), place.make(path)]
             try:
-                answers = [explore.played(call.step, call.held, objects, path,
+                answers = [calls.played(call.step, call.held, objects, path,
                                           bound.resource(call.h)) for call in order]
-                stored = objects[1].read(explore.RESOURCES[0])
+                stored = objects[1].read(core.RESOURCES[0])
             finally:
                 for store in objects:
                     store.close()
-        if all(explore.lease_fields(kept) == call.run.kept and events == call.run.events
+        if all(core.lease_fields(kept) == call.run.kept and events == call.run.events
                for (kept, events), call in zip(answers, order)) and stored == final:
             return True
     return False
@@ -345,7 +348,7 @@ class CountingTests(unittest.TestCase):
     """Every schedule of a bound, counted by state on the real library."""
 
     def test_the_default_bound_keeps_readmes_counts_and_every_check_holds(self) -> None:
-        found = explore.explore_steps(Bound(), sample=4)
+        found = steps.explore_steps(Bound(), sample=4)
         self.assertEqual(found["schedules"], 90_090)
         self.assertEqual(found["counted"], 90_090)
         fenced, unfenced, asking = (found["classes"][n] for n in ("fenced", "unfenced", "asking"))
@@ -410,8 +413,8 @@ class CountingTests(unittest.TestCase):
 
     def test_a_schedule_sample_is_the_same_for_a_seed_and_another_for_another(self) -> None:
         bound = Bound()
-        self.assertEqual(explore._drawn(bound, 3, 7), explore._drawn(bound, 3, 7))
-        self.assertNotEqual(explore._drawn(bound, 3, 7), explore._drawn(bound, 3, 8))
+        self.assertEqual(steps._drawn(bound, 3, 7), steps._drawn(bound, 3, 7))
+        self.assertNotEqual(steps._drawn(bound, 3, 7), steps._drawn(bound, 3, 8))
 
 
 class BreakageTests(unittest.TestCase):
@@ -503,16 +506,16 @@ class OwnFenceTests(unittest.TestCase):
     """A reader's receiver, --receiver MODULE:NAME, in both modes."""
 
     def test_readmes_fence_passes_every_check_in_both_modes(self) -> None:
-        yours = explore.places("examples:ReadmeFence")
-        found = explore.explore_steps(Bound(), yours, sample=2)
+        yours = calls.places("examples:ReadmeFence")
+        found = steps.explore_steps(Bound(), yours, sample=2)
         self.assertEqual(set(found["violations"].values()), {0})
         self.assertEqual(found["classes"]["ReadmeFence"]["stale refused"], 882)
         self.assertTrue(statements.explore_statements(statements.BOUND, yours[0])["ok"])
 
     def test_greater_or_equal_fails_where_a_holder_retries_and_at_the_statement_default(
             self) -> None:
-        yours = explore.places("examples:GreaterOrEqual")
-        found = explore.explore_steps(Bound(2, ("acquire", "write", "retry"), 1, 1), yours,
+        yours = calls.places("examples:GreaterOrEqual")
+        found = steps.explore_steps(Bound(2, ("acquire", "write", "retry"), 1, 1), yours,
                                 sample=0)
         self.assertGreater(found["violations"]["model"], 0)
         self.assertEqual([(e["action"], e["outcome"]) for e in found["failures"]["model"]
@@ -522,8 +525,8 @@ class OwnFenceTests(unittest.TestCase):
         self.assertEqual(table_["failed"]["safety"], 1)
 
     def test_the_librarys_own_receiver_answering_a_write_result_passes(self) -> None:
-        yours = explore.places("leases:Receiver")
-        found = explore.explore_steps(SMALL["takeover"], yours, sample=0)
+        yours = calls.places("leases:Receiver")
+        found = steps.explore_steps(SMALL["takeover"], yours, sample=0)
         self.assertEqual(set(found["violations"].values()), {0})
 
     def test_a_library_or_receiver_raising_as_it_is_made_or_closed_is_exit_1_in_one_line(
@@ -545,8 +548,8 @@ class OwnFenceTests(unittest.TestCase):
 
     def test_a_read_before_the_transaction_passes_the_step_mode_and_fails_at_a_takeover(
             self) -> None:
-        yours = explore.places("examples:ReadBeforeTransaction")
-        self.assertEqual(set(explore.explore_steps(Bound(), yours, sample=0)["violations"].values()),
+        yours = calls.places("examples:ReadBeforeTransaction")
+        self.assertEqual(set(steps.explore_steps(Bound(), yours, sample=0)["violations"].values()),
                          {0})
         witness = statements.explore_statements(Bound(2, ("acquire", "write"), 1, 1),
                                                 yours[0])["witnesses"]["safety"]
@@ -554,11 +557,11 @@ class OwnFenceTests(unittest.TestCase):
 
     def test_a_receiver_that_mixes_resources_up_passes_with_two_holders_fails_with_three(
             self) -> None:
-        yours = explore.places("examples:SharedHighWater")
-        two = explore.explore_steps(Bound(2, ("acquire", "write"), 2, 1, resources=2), yours,
+        yours = calls.places("examples:SharedHighWater")
+        two = steps.explore_steps(Bound(2, ("acquire", "write"), 2, 1, resources=2), yours,
                               sample=0)
         self.assertEqual(two["violations"]["model"], 0)
-        three = explore.explore_steps(Bound(3, ("acquire", "write"), 2, 1, resources=2), yours,
+        three = steps.explore_steps(Bound(3, ("acquire", "write"), 2, 1, resources=2), yours,
                                 sample=0)
         self.assertGreater(three["violations"]["model"], 0)
 
@@ -594,9 +597,9 @@ class ReaderTests(unittest.TestCase):
         crash = Bound(1, ("acquire", "write", "retry"), last_tick=0, ttl=1)
         for name in examples.CORRECT[1:]:
             with self.subTest(name):
-                yours = explore.places(f"examples:{name}")
-                steps = explore.explore_steps(SMALL["a retry"], yours, sample=0)
-                self.assertEqual(set(steps["violations"].values()), {0})
+                yours = calls.places(f"examples:{name}")
+                found = steps.explore_steps(SMALL["a retry"], yours, sample=0)
+                self.assertEqual(set(found["violations"].values()), {0})
                 found = statements.explore_statements(crash, yours[0])
                 self.assertTrue(found["ok"], found["witnesses"])
                 self.assertGreater(found["crash_schedules"], 10)
@@ -605,7 +608,7 @@ class ReaderTests(unittest.TestCase):
         # A's upsert commits as it runs, A dies, and A's retry is applied again: only a
         # call counted as committed without a COMMIT shows that no order gives it.
         found = statements.explore_statements(Bound(1, ("acquire", "write"), 0, 1),
-                                              explore.places("examples:AutocommitGreaterOrEqual")[0])
+                                              calls.places("examples:AutocommitGreaterOrEqual")[0])
         self.assertEqual(found["failed"]["safety"], 1)
 
     def test_each_misuse_of_the_interface_is_exit_2_in_one_line_naming_it(self) -> None:
@@ -693,23 +696,23 @@ class ReaderTests(unittest.TestCase):
 
     def test_a_high_first_epoch_shows_an_epoch_kept_as_text_or_in_32_bits_at_a_takeover(
             self) -> None:
-        yours, bound = explore.places("examples:TextEpoch"), Bound(2, ("acquire", "write"), 1, 1)
-        readme = explore.places("examples:ReadmeFence")
-        self.assertEqual(set(explore.explore_steps(dataclasses.replace(
+        yours, bound = calls.places("examples:TextEpoch"), Bound(2, ("acquire", "write"), 1, 1)
+        readme = calls.places("examples:ReadmeFence")
+        self.assertEqual(set(steps.explore_steps(dataclasses.replace(
             bound, first_epoch=9), readme, sample=0)["violations"].values()), {0}, "no alarm")
-        self.assertEqual(set(explore.explore_steps(bound, yours, sample=0)["violations"]
+        self.assertEqual(set(steps.explore_steps(bound, yours, sample=0)["violations"]
                              .values()), {0}, "epochs 1 and 2 compare alike as text")
-        found = explore.explore_steps(dataclasses.replace(bound, first_epoch=9), yours,
+        found = steps.explore_steps(dataclasses.replace(bound, first_epoch=9), yours,
                                       sample=0)
         self.assertEqual(found["failures"]["fence"]["events"][-1]["epoch"], 9)
         self.assertIn("stored (10, 'B1') -> (9, 'A1'); the contract: stale",
                       "\n".join(found["failures"]["fence"]["lines"]))
         self.assertFalse(statements.explore_statements(dataclasses.replace(
             statements.BOUND, last_tick=1, first_epoch=9), yours[0])["ok"])
-        narrow = explore.places("examples:NarrowEpoch")
-        self.assertEqual(set(explore.explore_steps(bound, narrow, sample=0)["violations"]
+        narrow = calls.places("examples:NarrowEpoch")
+        self.assertEqual(set(steps.explore_steps(bound, narrow, sample=0)["violations"]
                              .values()), {0})
-        self.assertGreater(explore.explore_steps(dataclasses.replace(
+        self.assertGreater(steps.explore_steps(dataclasses.replace(
             bound, first_epoch=2**31 - 1), narrow, sample=0)["violations"]["fence"], 0)
 
     def test_with_two_resources_each_line_names_its_resource_and_each_is_judged_alone(
@@ -717,9 +720,9 @@ class ReaderTests(unittest.TestCase):
         # B writes its live lease on the second resource after C's grant of epoch 2 on the
         # first: judged with the first, B's write would be "superseded".
         bound = Bound(3, ("acquire", "write"), last_tick=2, ttl=2, resources=2)
-        steps = explore.replay(bound, explore.places(), explore.parse(
+        walked = steps.replay(bound, calls.places(), steps.parse(
             bound, "A@0 B@1 C@2 B@2"))
-        lines = explore._lines(bound, steps, 0)
+        lines = steps._lines(bound, walked, 0)
         self.assertIn("  tick  2  B  annual-report     write    epoch 1   applied   'B1': "
                       "stored nothing -> (1, 'B1'); the contract: applied", lines)
         self.assertIn("  annual-report: final value written by B; stale writes refused: 0, "
@@ -767,11 +770,11 @@ class StatementTests(unittest.TestCase):
             self) -> None:
         bound, rules = statements.BOUND, ("fenced",)
         acquire_a, acquire_b = bound.step(0, 0, 0), bound.step(1, 0, 0)
-        granted = explore.Run(("quarterly-report", "A", 1, 1),
+        granted = core.Run(("quarterly-report", "A", 1, 1),
                               (("A", "acquire", 0, "granted", 1, 1, None, None, None),), False)
-        twice = explore.Run(("quarterly-report", "B", 1, 1),
+        twice = core.Run(("quarterly-report", "B", 1, 1),
                             (("B", "acquire", 0, "granted", 1, 1, None, None, None),), False)
-        held = explore.Run(None, (("B", "acquire", 0, "held", 1, 1, None, None, None),), False)
+        held = core.Run(None, (("B", "acquire", 0, "held", 1, 1, None, None, None),), False)
         a = statements.Call(0, acquire_a, None, granted, True, 1, 4)
         final = ((("A", 1, 1), None),)
         self.assertTrue(statements.safe(bound, rules, (a, statements.Call(
@@ -799,7 +802,7 @@ class StatementTests(unittest.TestCase):
         for bound, spec, fails in [(statements.BOUND, None, False),
                                    (Bound(2, ("acquire", "write"), 1, 1),
                                     "examples:ReadBeforeTransaction", True)]:
-            place = explore.places(spec)[0]
+            place = calls.places(spec)[0]
             every = statements._every(bound, place, (False,))  # no crash: each call answers
             runs = [next(r for r in every if r.failed)] if fails else list(every)
             for run in runs:
@@ -808,10 +811,10 @@ class StatementTests(unittest.TestCase):
             self.assertGreater(len(runs), 40 * (not fails))
 
     def test_a_receiver_whose_connection_the_explorer_cannot_stop_is_refused(self) -> None:
-        with self.assertRaisesRegex(explore.Unsupported, "opened no connection through "
+        with self.assertRaisesRegex(core.Unsupported, "opened no connection through "
                                     "sqlite3.connect as it was made"):
             statements.explore_statements(statements.BOUND,
-                                          explore.places("test_explore:OwnConnect")[0])
+                                          calls.places("test_explore:OwnConnect")[0])
 
     def test_a_statement_run_where_the_explorer_cannot_stop_it_is_a_usage_error(self) -> None:
         folder = scratch(self, *CURSOR_STATEMENT)
@@ -839,7 +842,7 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(len(err.getvalue().splitlines()), 1, err.getvalue())
 
     def test_ctrl_c_is_exit_130(self) -> None:
-        with mock.patch.object(explore, "explore_steps", side_effect=KeyboardInterrupt), \
+        with mock.patch.object(steps, "explore_steps", side_effect=KeyboardInterrupt), \
                 contextlib.redirect_stderr(io.StringIO()):
             self.assertEqual(explore.main([]), explore.EXIT_INTERRUPTED)
 
