@@ -6,8 +6,10 @@ Run from the repository's root: `python3 explorer/test_explore.py`.  The root's
 `python3 -m unittest discover` does not find these (explorer/ is no package).
 """
 
+import ast
 import contextlib
 import dataclasses
+import graphlib
 import io
 import itertools
 import os
@@ -32,6 +34,7 @@ sys.path.insert(0, HERE)
 
 import calls
 import core
+import engine
 import examples
 import explore
 import statements
@@ -797,8 +800,9 @@ class StatementTests(unittest.TestCase):
 
     def test_a_brute_force_of_sequential_runs_of_the_real_code_agrees_with_safety(
             self) -> None:
-        self.addCleanup(setattr, sqlite3, "connect", sqlite3.connect)
-        sqlite3.connect = statements._connect  # type: ignore[assignment]
+        gated = engine.gated()
+        gated.__enter__()
+        self.addCleanup(gated.__exit__, None, None, None)
         for bound, spec, fails in [(statements.BOUND, None, False),
                                    (Bound(2, ("acquire", "write"), 1, 1),
                                     "examples:ReadBeforeTransaction", True)]:
@@ -863,6 +867,54 @@ class CommandLineTests(unittest.TestCase):
                               check=False)
         self.assertEqual(done.returncode, explore.EXIT_OK, done.stderr)
         self.assertIn("schedules with", done.stdout)
+
+
+class LayoutTests(unittest.TestCase):
+    """The explorer's modules stay readable: no import cycle, none too long, the CLI apart."""
+
+    def test_no_module_imports_one_that_imports_it_and_none_is_over_600_lines(self) -> None:
+        self.assertEqual(layout_faults(HERE), [])
+
+    def test_the_layout_check_sees_a_cycle_a_long_module_and_an_import_of_the_cli(
+            self) -> None:
+        folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, folder)
+        for name, text in {"a.py": "import b\n", "b.py": "from c import x\n",
+                           "c.py": "import a\nx = 1\n" + "\n" * 600,
+                           "d.py": "import explore\n", "explore.py": ""}.items():
+            with open(os.path.join(folder, name), "w", encoding="utf-8") as file:
+                file.write(text)
+        faults = layout_faults(folder)
+        self.assertIn("c.py: 602 lines", faults)
+        self.assertIn("d.py imports explore.py, the command line", faults)
+        self.assertTrue(any(fault.startswith("an import cycle") for fault in faults), faults)
+
+
+def layout_faults(folder: str) -> list[str]:
+    """What breaks the layout in `folder`'s modules (test files aside): a module over 600
+    lines, an import cycle among them, direct or not, or an import of the command line."""
+    texts = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py") and not name.startswith("test_"):
+            with open(os.path.join(folder, name), encoding="utf-8") as file:
+                texts[name[:-3]] = file.read()
+    faults = [f"{name}.py: {len(text.splitlines())} lines" for name, text in texts.items()
+              if len(text.splitlines()) > 600]
+    graph = {}
+    for name, text in texts.items():
+        imported = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.partition(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.partition(".")[0])
+        graph[name] = imported & texts.keys()
+        faults += [f"{name}.py imports explore.py, the command line"] * ("explore" in imported)
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as cycle:
+        faults.append(f"an import cycle: {' -> '.join(cycle.args[1])}")
+    return faults
 
 
 if __name__ == "__main__":
