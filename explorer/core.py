@@ -35,33 +35,10 @@ from leases import Lease, Outcome
 from run_experiment import RESOURCE, Action, Step, StepResult, Write
 
 __all__ = [
-    "CHECKS",
-    "CLASSES",
-    "HOLDERS",
-    "KEYS",
-    "RESOURCES",
-    "RETRY",
-    "UNREAD",
-    "Bound",
-    "Caller",
-    "Different",
-    "Fresh",
-    "Hung",
-    "Move",
-    "Raised",
-    "Record",
-    "Run",
-    "Unsupported",
-    "as_event",
-    "as_json",
-    "command",
-    "compared",
-    "expected",
-    "guarded",
-    "judged",
-    "lease_fields",
-    "recorded",
-    "shown_pair",
+    "CHECKS", "CLASSES", "HOLDERS", "KEYS", "RESOURCES", "RETRY", "UNREAD", "Bound", "Caller",
+    "Different", "Fresh", "Hung", "Move", "Raised", "Record", "Run", "Schedule", "Unsupported",
+    "as_event", "as_json", "command", "compared", "expected", "guarded", "judged", "lease_fields",
+    "recorded", "shown_pair",
 ]
 
 RETRY = "retry"  # a program's word beside run_experiment's actions: the last write again

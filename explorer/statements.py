@@ -1,30 +1,25 @@
 """Every interleaving of the holders' calls at each SQL statement, with a crash before each.
 
-Each holder is a thread of its own.  While this mode runs, sqlite3.connect hands a holder's
-thread a connection that stops before each statement it runs through execute, executemany,
-executescript, commit, rollback or `with connection:`, and waits for no lock (a statement
-run any other way is seen by SQLite's trace callback and stops the run: the explorer could
-not have stopped there).
-The scheduler lets one holder run at a time, to its next statement or the end of its call.  A
-holder that holds SQLite's write lock runs on to COMMIT alone: in WAL mode no other connection
-can see or change what it does before then.  Before any statement a holder may die: its
-connections close with no COMMIT, as a killed process's do, and a new one (new objects) takes
-the same step again later.  After a crash the rest is played one way.
+The holders' calls are a subject of engine.py: each holder is an actor that plays its calls
+on objects of its own, stopped before each statement and before its answer is heard.  One
+holder runs at a time; one that holds SQLite's write lock runs on to COMMIT alone (in WAL mode
+no other connection can see or change what it does before then).  Before any statement a
+holder may die: its connections close with no COMMIT, as a killed process's do, and a new one
+(new objects) takes the same step again later.  After a crash the rest is played one way.
 
-Every interleaving starts fresh: a new file, new threads, new objects; the library's module
-is the one import of this process, so a failing interleaving is played again whole in a new
-process, and must fail again, before it is shown.  Three verdicts:
+Every interleaving starts fresh: a new file, new threads, new objects; a failing one is played
+again whole in a new process, and must fail again, before it is shown.  Three verdicts:
 
 * safety: the answers, and what the file holds at the end, are those of some one-at-a-time
   order of the calls (a call that ended comes before any call begun after); a call whose
   holder died, or that raised, may be in it or not, unless it committed: a transaction of it
   that changed a row ended without a rollback (by COMMIT, or an autocommit statement);
 * liveness: no holder waits for ever for a lock kept after a call;
-* and a call that gives no answer within the bound's timeout is core.Hung: a finding.
 * errors: no call raised (a lock error, say) where the contract answers.
+A call that gives no answer within the bound's timeout is core.Hung: a finding.
 """
-
 import contextlib
+import functools
 import os
 import sqlite3
 import tempfile
@@ -94,7 +89,7 @@ def safe(bound: Bound, rules: tuple[str, ...], calls: tuple[Call, ...],
     must = [c for c in calls if c not in answered and c.committed]
     every = (*answered, *must, *optional)
 
-    @_memo
+    @functools.cache
     def order(placed: frozenset[int], records: tuple[Record, ...]) -> bool:
         waiting = [i for i in range(len(every)) if i not in placed]
         known = [pair is not UNKNOWN for _, pair in final]
@@ -122,17 +117,6 @@ def safe(bound: Bound, rules: tuple[str, ...], calls: tuple[Call, ...],
 
     return bool(order(frozenset(), (Record.empty(len(rules), bound.first_epoch),) *
                       bound.resources))
-
-
-def _memo(function: Any) -> Any:
-    seen: dict[Any, bool] = {}
-
-    def remembered(*args: Any) -> bool:
-        if args not in seen:
-            seen[args] = function(*args)
-        return seen[args]
-
-    return remembered
 
 
 def _held(records: tuple[Record, ...], known: list[bool]) -> tuple[Any, ...]:

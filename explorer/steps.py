@@ -25,29 +25,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+import core
 from calls import OURS, Place, closed, opened, places, played
-from core import (
-    CHECKS,
-    CLASSES,
-    HOLDERS,
-    UNREAD,
-    Bound,
-    Caller,
-    Different,
-    Fresh,
-    Hung,
-    Record,
-    Run,
-    Schedule,
-    Unsupported,
-    as_event,
-    as_json,
-    command,
-    expected,
-    judged,
-    lease_fields,
-    shown_pair,
-)
+from core import Bound, Hung, Record, Run, Schedule
 
 import run_experiment
 from leases import Lease
@@ -77,7 +57,7 @@ class _File:
 
     def __init__(self, folder: str, rules: tuple[Place, ...], bound: Bound) -> None:
         self.path, self.places, self.bound = os.path.join(folder, "leases.sqlite3"), rules, bound
-        self.caller = Caller(bound.timeout)
+        self.caller = core.Caller(bound.timeout)
         self.objects = self._open()
         self.raw = sqlite3.connect(self.path, isolation_level=None, timeout=0)
         self.raw.execute("PRAGMA synchronous = OFF")  # its own writes only: a crash loses a run
@@ -109,7 +89,7 @@ class _File:
             self.objects = self._open()
             content = self._read()
         self.here = self._intern(content)
-        return Run(lease_fields(kept), events, left), self.here
+        return Run(core.lease_fields(kept), events, left), self.here
 
     def _intern(self, content: Any) -> int:
         if content not in self.ids:
@@ -138,7 +118,7 @@ class _File:
         """Make the tables hold `content` again, in one transaction of the explorer's own."""
         now = self.contents[self.here]
         if [table[:2] for table in content] != [table[:2] for table in now]:
-            raise Unsupported("a call changed the tables themselves; the step mode restores "
+            raise core.Unsupported("a call changed the tables themselves; the step mode restores "
                               "rows only")
         self.raw.execute("BEGIN IMMEDIATE")
         try:
@@ -171,7 +151,7 @@ def explore_steps(bound: Bound, receivers: tuple[Place, ...] | None = None, *,
     rules = tuple(place.rules for place in receivers)
     with contextlib.ExitStack() as cleanup:
         folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="explore-"))
-        asked = [(schedule, Fresh(replay, (bound, receivers, schedule), cleanup))
+        asked = [(schedule, core.Fresh(replay, (bound, receivers, schedule), cleanup))
                  for schedule in _drawn(bound, sample, seed)]  # played while the search runs
         bench = _File(folder, receivers, bound)
         cleanup.callback(bench.close)
@@ -180,7 +160,7 @@ def explore_steps(bound: Bound, receivers: tuple[Place, ...] | None = None, *,
         def searched(h: int, content: int, step: Step, held: Lease | None,
                      resource: str) -> tuple[Run, int]:
             """A call played once from each content: what it did, and the content after."""
-            key = (content, step, lease_fields(held), resource)
+            key = (content, step, core.lease_fields(held), resource)
             if key not in known:
                 known[key] = bench.play(content, step, held, resource)
             return known[key]
@@ -188,10 +168,10 @@ def explore_steps(bound: Bound, receivers: tuple[Place, ...] | None = None, *,
         ends, smallest, states = _search(bound, searched, rules)
         found = {flag: _walk(bound, searched, rules, schedule)
                  for flag, schedule in smallest.items()}
-        failing = {flag: Fresh(replay, (bound, receivers, smallest[flag]), cleanup)
+        failing = {flag: core.Fresh(replay, (bound, receivers, smallest[flag]), cleanup)
                    for flag in smallest if flag[0] == "failed" or (
                        flag[0] == "class" and len(receivers) == 1 and receivers[0].spec not in
-                       OURS and CLASSES[flag[2]].name in _SHOWN)}  # their pairs read
+                       OURS and core.CLASSES[flag[2]].name in _SHOWN)}  # their pairs read
         for schedule, fresh in asked:
             _same(bound, schedule, _walk(bound, searched, rules, schedule), fresh.result())
         for flag, fresh in failing.items():  # shown as played afresh, stored pairs read
@@ -256,7 +236,7 @@ def _stepped(bound: Bound, play: Player, rules: tuple[str, ...], state: State, h
     run, content = play(h, state.content, step, held, resource)
     others = tuple(lease for g, lease in enumerate(state.leases)
                    if g != h and lease is not None and lease[0] == resource)
-    found, failed, after = judged(state.records[r], step, held, run, others, rules, resource)
+    found, failed, after = core.judged(state.records[r], step, held, run, others, rules, resource)
     flags = frozenset([*(("class", p, c) for p, c in found),
                        *(("failed", check, place) for check, place in failed)])
     return flags, State(content, tick, _put(state.positions, h, state.positions[h] + 1),
@@ -298,7 +278,7 @@ def _walk(bound: Bound, play: Player, rules: tuple[str, ...],
     for h, tick in schedule:
         step, r = bound.step(h, state.positions[h], tick), h % bound.resources
         held = None if state.leases[h] is None else Lease(*state.leases[h])
-        answers, _ = expected(state.records[r], step, held, rules, bound.resource(h))
+        answers, _ = core.expected(state.records[r], step, held, rules, bound.resource(h))
         stored = state.records[r].stored
         try:
             flags, state, run = _stepped(bound, play, rules, state, h, tick)
@@ -328,7 +308,7 @@ class _Whole:
 
     def __init__(self, path: str, bound: Bound, receivers: tuple[Place, ...]) -> None:
         self.path, self.bound, self.receivers = path, bound, receivers
-        self.caller = Caller(bound.timeout)
+        self.caller = core.Caller(bound.timeout)
         self.objects = [self._open() for _ in range(bound.holders)]
         self.raw = sqlite3.connect(path, isolation_level=None, timeout=0)
 
@@ -347,8 +327,8 @@ class _Whole:
         except sqlite3.OperationalError:
             self.caller.call("closing the objects", closed, self.objects[h], self.receivers)
             self.objects[h] = self._open()
-            return Run(lease_fields(kept), events, True, seen), content
-        return Run(lease_fields(kept), events, False, seen), content
+            return Run(core.lease_fields(kept), events, True, seen), content
+        return Run(core.lease_fields(kept), events, False, seen), content
 
     def close(self) -> None:
         self.raw.close()
@@ -364,7 +344,7 @@ def _observed(step: Step, held: Lease | None, objects: Sequence[Any], path: str,
               resource: str) -> tuple[Any, ...]:
     """`played`, with each place's stored pair read before and after a write."""
     def stored() -> list[Any]:
-        return [UNREAD if not hasattr(store, "read") else store.read(held.resource)
+        return [core.UNREAD if not hasattr(store, "read") else store.read(held.resource)
                 for store in objects[1:]] if held and step.action is Action.WRITE else []
 
     before = stored()
@@ -382,7 +362,7 @@ def _same(bound: Bound, schedule: Schedule, searched: list[Walked],
         if run[:2] != again[:2] or failed != failed_again:
             step = bound.step(schedule[index][0], sum(
                 h == schedule[index][0] for h, _ in schedule[:index]), schedule[index][1])
-            raise Different(
+            raise core.Different(
                 f"the schedule {_said(schedule)}: step {index + 1} ({step}) answered "
                 f"{_answers(run)!r} in the search but {_answers(again)!r} played whole from "
                 "a fresh start: its answer rests on more than the file and the call")
@@ -394,7 +374,7 @@ def _answers(run: Run) -> list[Any]:
 
 
 def _said(schedule: Schedule) -> str:
-    return " ".join(f"{HOLDERS[h]}@{tick}" for h, tick in schedule)
+    return " ".join(f"{core.HOLDERS[h]}@{tick}" for h, tick in schedule)
 
 
 def _drawn(bound: Bound, sample: int, seed: int) -> list[Schedule]:
@@ -426,10 +406,10 @@ def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[An
                    if any(f[:len(start)] == start for f in flags))
 
     names = [place.name for place in receivers]
-    witnesses = {f"{names[f[1]]} {CLASSES[f[2]].name}": [as_json(w.run.events[f[1]])
+    witnesses = {f"{names[f[1]]} {core.CLASSES[f[2]].name}": [core.as_json(w.run.events[f[1]])
                                                        for w in steps]
                  for f, steps in found.items() if f[0] == "class"}
-    shown = {f"{names[f[1]]} {CLASSES[f[2]].name}": (_said(smallest[f]), _lines(
+    shown = {f"{names[f[1]]} {core.CLASSES[f[2]].name}": (_said(smallest[f]), _lines(
         bound, steps, f[1])) for f, steps in found.items() if f[0] == "class"}
     failures = {}
     for (_, check, place), steps in sorted(found.items(), key=lambda item: (  # the library
@@ -439,7 +419,7 @@ def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[An
         column = 0 if place == "authority" else int(place)
         where = "authority" if place == "authority" else names[int(place)]
         failures[check] = {"at": where,
-                           "events": [as_json(w.run.events[column]) for w in steps],
+                           "events": [core.as_json(w.run.events[column]) for w in steps],
                            "schedule": _said(smallest[_, check, place]),
                            "lines": _lines(bound, steps, column)}
     return {
@@ -448,17 +428,17 @@ def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[An
         "states": states, "calls_played": calls,
         "leases_can_expire": bound.ttl <= bound.last_tick,
         "receivers": {place.name: place.says for place in receivers},
-        "kinds": {**{cls.name: cls.kind for cls in CLASSES}, "clean": "neither"},
+        "kinds": {**{cls.name: cls.kind for cls in core.CLASSES}, "clean": "neither"},
         "classes": {name: {**{cls.name: having("class", p, c)
-                              for c, cls in enumerate(CLASSES)},
+                              for c, cls in enumerate(core.CLASSES)},
                            "clean": schedules - having("class", p)}
                     for p, name in enumerate(names)},
         "violations": {check: having("failed", check)
-                       for check in CHECKS},
+                       for check in core.CHECKS},
         "witnesses": dict(sorted(witnesses.items())),
         "shown": shown,
         "failures": failures,
-        "replay": command(bound, receivers, "steps", "SCHEDULE"),
+        "replay": core.command(bound, receivers, "steps", "SCHEDULE"),
     }
 
 
@@ -468,7 +448,7 @@ def _lines(bound: Bound, steps: list[Walked], p: int) -> list[str]:
     contract's answer; each step's failed checks; then each resource's verdict, alone."""
     lines = []
     for w in steps:
-        e = as_json(w.run.events[p])
+        e = core.as_json(w.run.events[p])
         where = f"  {w.resource:<16}" if bound.resources > 1 else ""
         epoch = f"epoch {e['epoch']}" if e["epoch"] is not None and e["outcome"] != "held" \
             else ""
@@ -476,7 +456,7 @@ def _lines(bound: Bound, steps: list[Walked], p: int) -> list[str]:
             before, after = w.run.seen[p] if w.run.seen else (
                 w.stored[p], None if e["stored_epoch"] is None else (e["stored_epoch"],
                                                                      e["stored_value"]))
-            detail = (f"{e['value']!r}: stored {shown_pair(before)} -> {shown_pair(after)}; the "
+            detail = (f"{e['value']!r}: stored {core.shown_pair(before)} -> {core.shown_pair(after)}; the "
                       f"contract: {w.expected[p]}")
         elif e["outcome"] == "held":
             detail = f"by epoch {e['epoch']}, live until tick {e['expires_at']}"
@@ -490,7 +470,7 @@ def _lines(bound: Bound, steps: list[Walked], p: int) -> list[str]:
         if failed:
             lines.append(f"      failed: {', '.join(dict.fromkeys(failed))}")
     for resource in dict.fromkeys(w.resource for w in steps):  # each judged alone
-        events = [as_event(as_json(w.run.events[p])) for w in steps if w.resource == resource]
+        events = [core.as_event(core.as_json(w.run.events[p])) for w in steps if w.resource == resource]
         try:
             verdict = judge([e for e in events if not str(e.outcome).startswith("raised")])
         except ValueError:  # a broken library's events need not make a verdict
@@ -521,7 +501,7 @@ def report(table_: dict[str, Any], seconds: float) -> str:
         *(f"  {name:<30}{kind:<12}{''.join(f'{c[name]:>12,}' for c in counts.values())}"
           for name, kind in table_["kinds"].items()),
         *(f"  {name}: {says}" for name, says in table_["receivers"].items()),
-        f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(CHECKS)})",
+        f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(core.CHECKS)})",
     ]
     if not table_["leases_can_expire"]:
         lines.append(f"  no lease can expire by tick {bound.last_tick} (ttl {bound.ttl}): "
@@ -550,7 +530,7 @@ def parse(bound: Bound, witness: str) -> Schedule:
     schedule, counts, tick = [], Counter[int](), 0
     for token in witness.replace(",", " ").split():
         found = re.fullmatch(r"([A-H])@(\d+)", token)
-        h = HOLDERS.index(found.group(1)) if found else bound.holders
+        h = core.HOLDERS.index(found.group(1)) if found else bound.holders
         if not found or h >= bound.holders or not tick <= int(found.group(2)) <= \
                 bound.last_tick or counts[h] == len(bound.program):
             raise ValueError(f"the witness {witness!r}: {token!r} is no step of this bound "
@@ -564,11 +544,11 @@ def replay_steps(bound: Bound, receivers: tuple[Place, ...],
                  schedule: Schedule) -> tuple[str, bool]:
     """A step mode witness played again alone, in a fresh process: each place's timeline."""
     with contextlib.ExitStack() as cleanup:
-        steps = Fresh(replay, (bound, receivers, schedule), cleanup).result()
+        steps = core.Fresh(replay, (bound, receivers, schedule), cleanup).result()
     failed = sorted({check for w in steps for check, _ in w.failed})
     lines = [(f"the schedule {_said(schedule)} of {bound.said()}, played again whole in a "
               "new process, stored pairs as read")]
     for p, place in enumerate(receivers):
         lines += [f"at {place.name} ({place.says}):", *_lines(bound, steps, p)]
-    lines.append(f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(CHECKS)})")
+    lines.append(f"  checks failed: {', '.join(failed) or 'none'} (of: {', '.join(core.CHECKS)})")
     return "\n".join(lines), not failed

@@ -44,6 +44,12 @@ from core import Bound
 from leases import LeaseAuthority
 from run_experiment import Answer
 
+# SQLite's syncs to disk were most of these tests' time; no test is about durability, so their
+# files (and those of the explorers they start) go in memory where the machine has a folder
+# there: the same answers in less than half the time.
+if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+    tempfile.tempdir = os.environ["TMPDIR"] = "/dev/shm"
+
 CONNECT = sqlite3.connect  # as a module that imported it by name holds it
 TIMEOUT = 120.0  # bounds a hung run; no test waits for it to pass
 NAMES = [cls.name for cls in core.CLASSES]
