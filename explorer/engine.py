@@ -5,9 +5,12 @@ A subject (the holders' calls, a reader's worker) supplies:
 * the bodies: any callable, run by Scheduler.start in an actor's thread.  While `gated()` is
   on, sqlite3.connect in an actor's thread gives a connection that stops before each
   statement (execute, executemany, executescript, commit, rollback, `with connection:`; a
-  statement run any other way is Unsupported), and gate(what) stops it anywhere else;
+  statement run any other way is Unsupported), and gate(what) stops it anywhere else, and
+  answers the value the scheduler goes on with (go(i, value): a job offered, say); a body
+  started with interleaved=False runs unstopped until it calls interleave();
 * a Scheduler subclass: enabled() (the choices open now), token(choice) (as a witness prints
-  it) and take(choice), which calls start, go or kill;
+  it) and take(choice), which calls start, go, fail (the statement raises "database is
+  locked", as SQLite does when the write lock is taken) or kill;
 * play(given, crashes): one interleaving from a fresh start, answering .choices, .options and
   .died (whether an actor was killed), for every(play).
 The engine gives each Actor's .writing (it holds SQLite's write lock: it runs alone to
@@ -29,13 +32,15 @@ from typing import Any, Literal, Protocol
 
 from core import Hung, Unsupported
 
-__all__ = ["Actor", "Died", "Played", "Scheduler", "every", "gate", "gated", "ungated"]
+__all__ = ["LOCKED", "Actor", "Died", "Played", "Scheduler", "every", "gate", "gated", "interleave",
+           "ungated"]
 
 # A statement that takes SQLite's write lock (or needs it, as a strict checkpoint does).
 _WRITES = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|REPLACE|CREATE|"
                      r"DROP|ALTER|VACUUM|PRAGMA\s+\w*\s*wal_checkpoint\s*\(\s*\W?(FULL|RESTART|"
                      r"TRUNCATE))", re.IGNORECASE)
 _CONNECT = sqlite3.connect  # the explorer's own, never stopped
+LOCKED = "database is locked"  # what a statement failed by Scheduler.fail raises
 
 
 class Died(BaseException):  # not an error: the actor's process is gone
@@ -56,12 +61,19 @@ class Played(Protocol):
 # --- the actors: a thread each, stopped before each statement and at each gate ---
 
 
-def gate(what: str) -> None:
-    """Stop the calling actor before `what` until the scheduler lets it go (Died if it kills
-    it); outside an actor's thread, or outside its body, return at once."""
+def gate(what: str) -> Any:
+    """Stop the calling actor before `what` until the scheduler lets it go: the value it goes
+    on with (Died if it kills it).  Outside an actor's thread, or ungated, None at once."""
     actor = _actors.get(threading.get_ident())
-    if actor is not None and actor.gated:
-        actor.pause(what)
+    return actor.pause(what) if actor is not None and actor.gated else None
+
+
+def interleave() -> None:
+    """From here on the calling actor's body is stopped at its gates (started with
+    interleaved=False, it ran unstopped: a new process opening its files, say)."""
+    actor = _actors.get(threading.get_ident())
+    if actor is not None:
+        actor.gated = True
 
 
 @contextlib.contextmanager
@@ -166,14 +178,17 @@ class Actor:
         self.ungated: str | None = None
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
 
-    def pause(self, what: str) -> None:
+    def pause(self, what: str) -> Any:
         if self.dead:
             raise Died
         self.told.put(("paused", what))
         order = self.go.get()
-        if order != "go":  # "die", or None: the interleaving is over
+        if order is None or order[0] == "die":  # None: the interleaving is over
             self.dead, self.stopping = True, order is None
             raise Died
+        if order[0] == "fail":
+            raise sqlite3.OperationalError(LOCKED)
+        return order[1]
 
     def run(self, connection: sqlite3.Connection, sql: str, statement: Any) -> Any:
         """Run one statement once the scheduler says so; die there if it says so."""
@@ -206,8 +221,8 @@ class Actor:
     def _main(self) -> None:
         _actors[threading.get_ident()] = self
         try:
-            while (body := self.go.get()) is not None:
-                self.gated, self.committed = True, False
+            while (order := self.go.get()) is not None:
+                body, self.gated, self.committed = order
                 try:
                     result = body()
                 except Died:
@@ -295,21 +310,28 @@ class Scheduler:
             self.take(choices[index])
         return tuple(taken), tuple(options)
 
-    def start(self, i: int, body: Callable[[], Any], doing: str) -> tuple[str, Any]:
+    def start(self, i: int, body: Callable[[], Any], doing: str, *,
+              interleaved: bool = True) -> tuple[str, Any]:
         """Actor i runs `body` to its first gate, or its end: what it told."""
         self.actors[i].doing = doing
-        self.actors[i].go.put(body)
+        self.actors[i].go.put((body, interleaved, False))
         return self.heard(i)
 
-    def go(self, i: int) -> tuple[str, Any]:
-        """Actor i runs what it is paused before, to its next gate or its end."""
-        self.actors[i].go.put("go")
+    def go(self, i: int, value: Any = None) -> tuple[str, Any]:
+        """Actor i runs what it is paused before (its gate answering `value`), to its next
+        gate or its end."""
+        self.actors[i].go.put(("go", value))
+        return self.heard(i)
+
+    def fail(self, i: int) -> tuple[str, Any]:
+        """The statement actor i is paused before raises sqlite3.OperationalError(LOCKED)."""
+        self.actors[i].go.put(("fail", None))
         return self.heard(i)
 
     def kill(self, i: int) -> tuple[str, Any]:
         """Actor i dies where it is paused: Died in its thread, its connections closed."""
         self.died = True
-        self.actors[i].go.put("die")
+        self.actors[i].go.put(("die", None))
         return self.heard(i)
 
     def heard(self, i: int) -> tuple[str, Any]:

@@ -9,6 +9,7 @@ Run from the repository's root: `python3 explorer/test_explore.py`.  The root's
 import ast
 import contextlib
 import dataclasses
+import functools
 import graphlib
 import io
 import itertools
@@ -25,7 +26,7 @@ import threading
 import time
 import unittest
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -759,6 +760,120 @@ def _children_of(pid: int) -> list[int]:
                 if int(fields[1]) == pid or int(fields[2]) == pid:  # parent, or process group
                     found.append(int(entry))
     return found
+
+
+class _Toy(engine.Scheduler):
+    """The smallest subject of the engine: actors that each pass `gates` gates (the first a
+    statement on a file of their own), told to go on, fail or die; the transcript in `said`."""
+
+    def __init__(self, actors: int, gates: int, folder: str, crashes: bool,
+                 cleanup: contextlib.ExitStack, fails: bool = False) -> None:
+        super().__init__([f"actor {n}" for n in range(actors)], TIMEOUT, crashes, cleanup)
+        self.gates, self.folder, self.fails = gates, folder, fails
+        self.begun = [False] * actors
+
+    def body(self, n: int) -> Any:
+        def run() -> str:
+            connection = sqlite3.connect(os.path.join(self.folder, f"{n}.sqlite3"))
+            try:
+                connection.execute("CREATE TABLE t (x)")
+            except sqlite3.OperationalError as exc:
+                return str(exc)
+            return " ".join(str(engine.gate(f"gate {k}")) for k in range(1, self.gates))
+        return run
+
+    def enabled(self) -> list[Any]:
+        return [*(("start", n) for n, begun in enumerate(self.begun) if not begun),
+                *(choice for n, what in enumerate(self.waiting) if what is not None
+                  for choice in [("run", n), *[("fail", n)] * (self.fails and what.startswith(
+                      "CREATE")), *[("die", n)] * self.may_die])]
+
+    def token(self, choice: Any) -> str:
+        return f"{choice[0]} {choice[1]}"
+
+    def take(self, choice: Any) -> None:
+        kind, n = choice
+        if kind == "start":
+            self.begun[n] = True
+            told = self.start(n, self.body(n), "run")
+        else:
+            told = {"run": lambda: self.go(n, f"v{n}"), "fail": lambda: self.fail(n),
+                    "die": lambda: self.kill(n)}[kind]()
+        self.said.append(f"{choice}: {told}")
+
+
+class _Played(NamedTuple):
+    choices: tuple[int, ...]
+    options: tuple[int, ...]
+    died: bool
+    said: tuple[str, ...]
+
+
+def toy(actors: int, gates: int, fails: bool = False) -> Any:
+    """play(given, crashes) for engine.every over the toy subject."""
+    def play(given: tuple[int, ...], crashes: bool) -> _Played:
+        with contextlib.ExitStack() as cleanup:
+            folder = cleanup.enter_context(tempfile.TemporaryDirectory())
+            scheduler = _Toy(actors, gates, folder, crashes, cleanup, fails)
+            choices, options = scheduler.chosen(given)
+            return _Played(choices, options, scheduler.died, tuple(scheduler.said))
+    return play
+
+
+def toy_count(actors: int, gates: int) -> tuple[int, int]:
+    """Interleavings without a crash and with one, counted by hand's rule: each actor's start
+    and gates in order, and after a death every other actor alone, in one order."""
+    @functools.cache
+    def count(left: tuple[int, ...], crashed: bool) -> tuple[int, int]:
+        if crashed or not any(left):
+            return (0, 1) if crashed else (1, 0)
+        clean = crash = 0
+        for n, steps_left in enumerate(left):
+            if steps_left:
+                after = count((*left[:n], steps_left - 1, *left[n + 1:]), False)
+                clean, crash = clean + after[0], crash + after[1]
+                if steps_left <= gates:  # paused at a gate: it may die there
+                    crash += count((), True)[1]
+        return clean, crash
+    return count((gates + 1,) * actors, False)
+
+
+class EngineTests(unittest.TestCase):
+    """The engine alone, on the smallest subject."""
+
+    def setUp(self) -> None:
+        gated = engine.gated()
+        gated.__enter__()
+        self.addCleanup(gated.__exit__, None, None, None)
+
+    def test_every_plays_each_interleaving_once_and_each_with_one_crash(self) -> None:
+        for actors, gates in ((1, 1), (2, 1), (2, 2), (3, 1)):
+            with self.subTest(actors=actors, gates=gates):
+                runs = list(engine.every(toy(actors, gates)))
+                played = Counter(run.died for run in runs)
+                self.assertEqual((played[False], played[True]), toy_count(actors, gates))
+                self.assertEqual(len({run.said for run in runs}), len(runs))
+
+    def test_a_gate_answers_the_value_gone_on_with_and_a_failed_statement_raises_locked(
+            self) -> None:
+        said = [run.said for run in engine.every(toy(1, 3, fails=True), (False,))]
+        self.assertIn(("('start', 0): ('paused', 'CREATE TABLE t (x)')",
+                       "('run', 0): ('paused', 'gate 1')", "('run', 0): ('paused', 'gate 2')",
+                       "('run', 0): ('ended', 'v0 v0')"), said)
+        self.assertIn(("('start', 0): ('paused', 'CREATE TABLE t (x)')",
+                       f"('fail', 0): ('ended', '{engine.LOCKED}')"), said)
+
+    def test_a_killed_actor_dies_in_its_thread_and_a_silent_one_is_hung(self) -> None:
+        with contextlib.ExitStack() as cleanup:
+            scheduler = _Toy(1, 2, cleanup.enter_context(tempfile.TemporaryDirectory()), True,
+                             cleanup)
+            scheduler.take(("start", 0))
+            self.assertEqual(scheduler.kill(0), ("died", None))
+            self.assertEqual(scheduler.actors[0].connections, [])
+            scheduler.seconds = 0.05
+            with self.assertRaises(core.Hung) as hung:
+                scheduler.heard(0)  # told nothing: it waits for its next body
+            self.assertIn("actor 0's run gave no answer", hung.exception.said)
 
 
 class StatementTests(unittest.TestCase):
