@@ -32,8 +32,8 @@ from typing import Any, Literal, Protocol
 
 from core import Hung, Unsupported
 
-__all__ = ["LOCKED", "Actor", "Died", "Played", "Scheduler", "every", "gate", "gated", "interleave",
-           "ungated"]
+__all__ = ["LOCKED", "Actor", "Died", "Played", "Scheduler", "every", "gate", "gated",
+           "interleave", "ungated"]
 
 # A statement that takes SQLite's write lock (or needs it, as a strict checkpoint does).
 _WRITES = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|REPLACE|CREATE|"

@@ -863,6 +863,27 @@ class EngineTests(unittest.TestCase):
         self.assertIn(("('start', 0): ('paused', 'CREATE TABLE t (x)')",
                        f"('fail', 0): ('ended', '{engine.LOCKED}')"), said)
 
+    def test_a_body_started_unstopped_runs_to_interleave_then_holds_the_write_lock(
+            self) -> None:
+        with contextlib.ExitStack() as cleanup:
+            folder = cleanup.enter_context(tempfile.TemporaryDirectory())
+            scheduler = _Toy(1, 1, folder, False, cleanup)
+
+            def body() -> Any:
+                connection = sqlite3.connect(os.path.join(folder, "own.sqlite3"))
+                connection.execute("CREATE TABLE t (x)")  # its opening: not stopped
+                engine.interleave()
+                connection.execute("INSERT INTO t VALUES (1)")  # sqlite3 begins first
+                return engine.gate("its end")
+
+            self.assertEqual(scheduler.start(0, body, "run", interleaved=False),
+                             ("paused", "INSERT INTO t VALUES (1)"))
+            self.assertFalse(scheduler.actors[0].writing)
+            self.assertEqual(scheduler.go(0), ("paused", "its end"))
+            self.assertTrue(scheduler.actors[0].writing)
+            self.assertFalse(scheduler.actors[0].committed)
+            self.assertEqual(scheduler.go(0, 7), ("ended", 7))
+
     def test_a_killed_actor_dies_in_its_thread_and_a_silent_one_is_hung(self) -> None:
         with contextlib.ExitStack() as cleanup:
             scheduler = _Toy(1, 2, cleanup.enter_context(tempfile.TemporaryDirectory()), True,
