@@ -71,7 +71,6 @@ def places(receiver: str | None = None) -> tuple[Place, ...]:
                   "authority inside its own write transaction", "asking", "asking"))
 
 
-
 def opened(path: str, receivers: Sequence[Place], first_epoch: int = 1) -> list[Any]:
     """A holder's objects on `path`: the authority, then a receiver of each place.  With a
     first epoch above 1 every party sees the authority's epochs shifted up (_Shifted)."""
@@ -138,7 +137,6 @@ class AskingReceiver:
                 connection.execute("ROLLBACK")
             raise
         return Result(outcome, resource, epoch, value, *(stored or (None, None)))
-
 
 
 class _Shifted:

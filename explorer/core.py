@@ -38,7 +38,7 @@ __all__ = [
     "CHECKS", "CLASSES", "HOLDERS", "KEYS", "RESOURCES", "RETRY", "UNREAD", "Bound", "Caller",
     "Different", "Fresh", "Hung", "Move", "Raised", "Record", "Run", "Schedule", "Unsupported",
     "as_event", "as_json", "command", "compared", "expected", "guarded", "judged", "lease_fields",
-    "recorded", "shown_pair",
+    "lease_of", "recorded", "shown_pair",
 ]
 
 RETRY = "retry"  # a program's word beside run_experiment's actions: the last write again
@@ -87,7 +87,6 @@ def classes(write: Write) -> list[bool]:
 
 def as_event(data: dict[str, Any]) -> StepResult:
     return StepResult(**{**data, "action": Action(data["action"])})
-
 
 
 @dataclass(frozen=True)
@@ -347,6 +346,11 @@ def judged(record: Record, step: Step, held: Lease | None, run: Run,
 def lease_fields(lease: Lease | None) -> tuple[Any, ...] | None:
     return None if lease is None else (lease.resource, lease.holder, lease.epoch,
                                        lease.expires_at)
+
+
+def lease_of(fields: tuple[Any, ...] | None) -> Lease | None:
+    """The lease of lease_fields' fields."""
+    return None if fields is None else Lease(*fields)
 
 
 KEYS = ("actor", "action", "tick", "outcome", "epoch", "expires_at", "value",

@@ -243,7 +243,7 @@ class _Holders(engine.Scheduler):
             resource = self.bound.resource(h)
             where = f" {resource}" * (self.bound.resources > 1)
             self.said.append(f"{actor} {step.action.value}{where} at tick {self.tick}:")
-            held = None if self.held[h] is None else Lease(*self.held[h])
+            held = core.lease_of(self.held[h])
             if self.observer and held and step.action.value == "write":
                 self.before[h] = self.observer.stored(resource)
             told = self.start(h, self._call(h, step, held, resource),
@@ -284,8 +284,7 @@ class _Holders(engine.Scheduler):
             return
         actor, committed = HOLDERS[h], self.actors[h].committed
         step, start = self.begun[h]
-        belief = self.held[h]
-        held = None if belief is None else Lease(*belief)
+        held = core.lease_of(self.held[h])
         if kind == "died":
             self.calls.append(Call(h, step, held, None, committed, start, self.taken))
             self.retrying[h] = f"{step.action.value}, {'not ' * (not committed)}committed"
@@ -307,8 +306,7 @@ class _Holders(engine.Scheduler):
         """In a replay, a write's note: the pair stored before and after, and the contract's
         answer with the calls taken one at a time in the order they answered (a call whose
         holder died after its COMMIT among them, as the contract answers it)."""
-        step, r, belief = self.begun[h][0], h % self.bound.resources, self.held[h]
-        held = None if belief is None else Lease(*belief)
+        step, r, held = self.begun[h][0], h % self.bound.resources, core.lease_of(self.held[h])
         answers, kept = expected(self.answered[r], step, held, (self.place.rules,),
                                  self.bound.resource(h))
         if run is not None or committed:

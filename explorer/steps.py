@@ -46,8 +46,6 @@ class State(NamedTuple):
     records: tuple[Record, ...]  # one per resource
 
 
-
-
 # --- the search: schedules counted by state, each call played once per content ---
 
 
@@ -118,8 +116,8 @@ class _File:
         """Make the tables hold `content` again, in one transaction of the explorer's own."""
         now = self.contents[self.here]
         if [table[:2] for table in content] != [table[:2] for table in now]:
-            raise core.Unsupported("a call changed the tables themselves; the step mode restores "
-                              "rows only")
+            raise core.Unsupported("a call changed the tables themselves; the step mode "
+                                   "restores rows only")
         self.raw.execute("BEGIN IMMEDIATE")
         try:
             for (name, sql, rows), (_, _, rows_now) in zip(content, now):
@@ -231,8 +229,7 @@ def _stepped(bound: Bound, play: Player, rules: tuple[str, ...], state: State, h
     and what it did."""
     step = bound.step(h, state.positions[h], tick)
     resource, r = bound.resource(h), h % bound.resources
-    belief = state.leases[h]
-    held = None if belief is None else Lease(*belief)
+    held = core.lease_of(state.leases[h])
     run, content = play(h, state.content, step, held, resource)
     others = tuple(lease for g, lease in enumerate(state.leases)
                    if g != h and lease is not None and lease[0] == resource)
@@ -277,7 +274,7 @@ def _walk(bound: Bound, play: Player, rules: tuple[str, ...],
     state, steps = _start(bound, rules), list[Walked]()
     for h, tick in schedule:
         step, r = bound.step(h, state.positions[h], tick), h % bound.resources
-        held = None if state.leases[h] is None else Lease(*state.leases[h])
+        held = core.lease_of(state.leases[h])
         answers, _ = core.expected(state.records[r], step, held, rules, bound.resource(h))
         stored = state.records[r].stored
         try:
@@ -406,9 +403,9 @@ def table(bound: Bound, receivers: tuple[Place, ...], ends: Counter[frozenset[An
                    if any(f[:len(start)] == start for f in flags))
 
     names = [place.name for place in receivers]
-    witnesses = {f"{names[f[1]]} {core.CLASSES[f[2]].name}": [core.as_json(w.run.events[f[1]])
-                                                       for w in steps]
-                 for f, steps in found.items() if f[0] == "class"}
+    witnesses = {f"{names[f[1]]} {core.CLASSES[f[2]].name}": [
+        core.as_json(w.run.events[f[1]]) for w in steps]
+        for f, steps in found.items() if f[0] == "class"}
     shown = {f"{names[f[1]]} {core.CLASSES[f[2]].name}": (_said(smallest[f]), _lines(
         bound, steps, f[1])) for f, steps in found.items() if f[0] == "class"}
     failures = {}
@@ -456,8 +453,8 @@ def _lines(bound: Bound, steps: list[Walked], p: int) -> list[str]:
             before, after = w.run.seen[p] if w.run.seen else (
                 w.stored[p], None if e["stored_epoch"] is None else (e["stored_epoch"],
                                                                      e["stored_value"]))
-            detail = (f"{e['value']!r}: stored {core.shown_pair(before)} -> {core.shown_pair(after)}; the "
-                      f"contract: {w.expected[p]}")
+            detail = (f"{e['value']!r}: stored {core.shown_pair(before)} -> "
+                      f"{core.shown_pair(after)}; the contract: {w.expected[p]}")
         elif e["outcome"] == "held":
             detail = f"by epoch {e['epoch']}, live until tick {e['expires_at']}"
         elif e["expires_at"] is not None:
@@ -470,7 +467,8 @@ def _lines(bound: Bound, steps: list[Walked], p: int) -> list[str]:
         if failed:
             lines.append(f"      failed: {', '.join(dict.fromkeys(failed))}")
     for resource in dict.fromkeys(w.resource for w in steps):  # each judged alone
-        events = [core.as_event(core.as_json(w.run.events[p])) for w in steps if w.resource == resource]
+        events = [core.as_event(core.as_json(w.run.events[p])) for w in steps
+                  if w.resource == resource]
         try:
             verdict = judge([e for e in events if not str(e.outcome).startswith("raised")])
         except ValueError:  # a broken library's events need not make a verdict
