@@ -63,7 +63,7 @@ class Played(Protocol):
 
 def gate(what: str) -> Any:
     """Stop the calling actor before `what` until the scheduler lets it go: the value it goes
-    on with (Died if it kills it).  Outside an actor's thread, or ungated, None at once."""
+    on with (Died if it kills it).  Outside an actor's thread, or before it is interleaved, None."""
     actor = _actors.get(threading.get_ident())
     return actor.pause(what) if actor is not None and actor.gated else None
 
