@@ -6,8 +6,11 @@ Run from the repository's root: `python3 explorer/test_explore.py`.  The root's
 `python3 -m unittest discover` does not find these (explorer/ is no package).
 """
 
+import ast
 import contextlib
 import dataclasses
+import functools
+import graphlib
 import io
 import itertools
 import os
@@ -23,24 +26,34 @@ import threading
 import time
 import unittest
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import calls
+import core
+import engine
 import examples
 import explore
 import statements
-from explore import Bound
+import steps
+from core import Bound
 
 from leases import LeaseAuthority
 from run_experiment import Answer
 
+# SQLite's syncs to disk were most of these tests' time; no test is about durability, so their
+# files (and those of the explorers they start) go in memory where the machine has a folder
+# there: the same answers in less than half the time.
+if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+    tempfile.tempdir = os.environ["TMPDIR"] = "/dev/shm"
+
 CONNECT = sqlite3.connect  # as a module that imported it by name holds it
 TIMEOUT = 120.0  # bounds a hung run; no test waits for it to pass
-NAMES = [cls.name for cls in explore.CLASSES]
+NAMES = [cls.name for cls in core.CLASSES]
 SMALL = {
     "takeover": Bound(2, ("acquire", "write"), last_tick=1, ttl=1),
     "three decisions": Bound(2, ("acquire", "write", "write"), last_tick=1, ttl=1),
@@ -56,7 +69,7 @@ _tables: dict[str, dict[str, Any]] = {}
 def table(name: str) -> dict[str, Any]:
     """Each small bound explored once for the whole module (a sample of 2 replayed)."""
     if name not in _tables:
-        _tables[name] = explore.explore_steps(SMALL[name], sample=2)
+        _tables[name] = steps.explore_steps(SMALL[name], sample=2)
     return _tables[name]
 
 
@@ -71,9 +84,9 @@ def schedules(bound: Bound) -> list[tuple[tuple[int, int], ...]]:
         if not any(left):
             found.append(schedule)
         tick = schedule[-1][1] if schedule else 0
-        for h, steps in enumerate(left):
-            for later in range(tick, bound.last_tick + 1) if steps else ():
-                extend((*schedule, (h, later)), [*left[:h], steps - 1, *left[h + 1:]])
+        for h, count in enumerate(left):
+            for later in range(tick, bound.last_tick + 1) if count else ():
+                extend((*schedule, (h, later)), [*left[:h], count - 1, *left[h + 1:]])
 
     extend((), [len(bound.program)] * bound.holders)
     return found
@@ -82,7 +95,7 @@ def schedules(bound: Bound) -> list[tuple[tuple[int, int], ...]]:
 def brute_force(bound: Bound) -> tuple[dict[str, dict[str, int]], set[int]]:
     """Each place's schedules in each class, and every epoch granted: each schedule played
     whole on a new file, its writes judged from the events that came before them."""
-    receivers = explore.places()
+    receivers = calls.places()
     counts = {place.name: Counter[str]() for place in receivers}
     epochs: set[int] = set()
     for schedule in schedules(bound):
@@ -112,7 +125,7 @@ def _played_whole(bound: Bound, schedule: tuple[tuple[int, int], ...], objects: 
         step, resource = bound.step(h, positions[h], tick), bound.resource(h)
         positions[h] += 1
         held = leases[h]
-        leases[h], events = explore.played(step, held, objects, path, resource)
+        leases[h], events = calls.played(step, held, objects, path, resource)
         outcome, epoch, expires_at = events[0][3], events[0][4], events[0][5]
         if outcome in (Answer.GRANTED, Answer.RENEWED):
             expiry[step.actor] = expires_at
@@ -142,7 +155,7 @@ def _played_whole(bound: Bound, schedule: tuple[tuple[int, int], ...], objects: 
     return seen
 
 
-def one_at_a_time(bound: Bound, place: explore.Place, run: Any) -> bool:
+def one_at_a_time(bound: Bound, place: calls.Place, run: Any) -> bool:
     """Whether some order of an interleaving's calls (none ending before another began comes
     after it), played one at a time by the real code on a new file, gives every answer and
     the stored pairs the interleaving left: the statement mode's safety, found otherwise."""
@@ -155,13 +168,13 @@ def one_at_a_time(bound: Bound, place: explore.Place, run: Any) -> bool:
             path = os.path.join(folder, "sequential.sqlite3")
             objects = [LeaseAuthority(path), place.make(path)]
             try:
-                answers = [explore.played(call.step, call.held, objects, path,
+                answers = [calls.played(call.step, call.held, objects, path,
                                           bound.resource(call.h)) for call in order]
-                stored = objects[1].read(explore.RESOURCES[0])
+                stored = objects[1].read(core.RESOURCES[0])
             finally:
                 for store in objects:
                     store.close()
-        if all(explore.lease_fields(kept) == call.run.kept and events == call.run.events
+        if all(core.lease_fields(kept) == call.run.kept and events == call.run.events
                for (kept, events), call in zip(answers, order)) and stored == final:
             return True
     return False
@@ -345,7 +358,7 @@ class CountingTests(unittest.TestCase):
     """Every schedule of a bound, counted by state on the real library."""
 
     def test_the_default_bound_keeps_readmes_counts_and_every_check_holds(self) -> None:
-        found = explore.explore_steps(Bound(), sample=4)
+        found = steps.explore_steps(Bound(), sample=4)
         self.assertEqual(found["schedules"], 90_090)
         self.assertEqual(found["counted"], 90_090)
         fenced, unfenced, asking = (found["classes"][n] for n in ("fenced", "unfenced", "asking"))
@@ -410,8 +423,8 @@ class CountingTests(unittest.TestCase):
 
     def test_a_schedule_sample_is_the_same_for_a_seed_and_another_for_another(self) -> None:
         bound = Bound()
-        self.assertEqual(explore._drawn(bound, 3, 7), explore._drawn(bound, 3, 7))
-        self.assertNotEqual(explore._drawn(bound, 3, 7), explore._drawn(bound, 3, 8))
+        self.assertEqual(steps._drawn(bound, 3, 7), steps._drawn(bound, 3, 7))
+        self.assertNotEqual(steps._drawn(bound, 3, 7), steps._drawn(bound, 3, 8))
 
 
 class BreakageTests(unittest.TestCase):
@@ -503,16 +516,16 @@ class OwnFenceTests(unittest.TestCase):
     """A reader's receiver, --receiver MODULE:NAME, in both modes."""
 
     def test_readmes_fence_passes_every_check_in_both_modes(self) -> None:
-        yours = explore.places("examples:ReadmeFence")
-        found = explore.explore_steps(Bound(), yours, sample=2)
+        yours = calls.places("examples:ReadmeFence")
+        found = steps.explore_steps(Bound(), yours, sample=2)
         self.assertEqual(set(found["violations"].values()), {0})
         self.assertEqual(found["classes"]["ReadmeFence"]["stale refused"], 882)
         self.assertTrue(statements.explore_statements(statements.BOUND, yours[0])["ok"])
 
     def test_greater_or_equal_fails_where_a_holder_retries_and_at_the_statement_default(
             self) -> None:
-        yours = explore.places("examples:GreaterOrEqual")
-        found = explore.explore_steps(Bound(2, ("acquire", "write", "retry"), 1, 1), yours,
+        yours = calls.places("examples:GreaterOrEqual")
+        found = steps.explore_steps(Bound(2, ("acquire", "write", "retry"), 1, 1), yours,
                                 sample=0)
         self.assertGreater(found["violations"]["model"], 0)
         self.assertEqual([(e["action"], e["outcome"]) for e in found["failures"]["model"]
@@ -522,8 +535,8 @@ class OwnFenceTests(unittest.TestCase):
         self.assertEqual(table_["failed"]["safety"], 1)
 
     def test_the_librarys_own_receiver_answering_a_write_result_passes(self) -> None:
-        yours = explore.places("leases:Receiver")
-        found = explore.explore_steps(SMALL["takeover"], yours, sample=0)
+        yours = calls.places("leases:Receiver")
+        found = steps.explore_steps(SMALL["takeover"], yours, sample=0)
         self.assertEqual(set(found["violations"].values()), {0})
 
     def test_a_library_or_receiver_raising_as_it_is_made_or_closed_is_exit_1_in_one_line(
@@ -545,8 +558,8 @@ class OwnFenceTests(unittest.TestCase):
 
     def test_a_read_before_the_transaction_passes_the_step_mode_and_fails_at_a_takeover(
             self) -> None:
-        yours = explore.places("examples:ReadBeforeTransaction")
-        self.assertEqual(set(explore.explore_steps(Bound(), yours, sample=0)["violations"].values()),
+        yours = calls.places("examples:ReadBeforeTransaction")
+        self.assertEqual(set(steps.explore_steps(Bound(), yours, sample=0)["violations"].values()),
                          {0})
         witness = statements.explore_statements(Bound(2, ("acquire", "write"), 1, 1),
                                                 yours[0])["witnesses"]["safety"]
@@ -554,11 +567,11 @@ class OwnFenceTests(unittest.TestCase):
 
     def test_a_receiver_that_mixes_resources_up_passes_with_two_holders_fails_with_three(
             self) -> None:
-        yours = explore.places("examples:SharedHighWater")
-        two = explore.explore_steps(Bound(2, ("acquire", "write"), 2, 1, resources=2), yours,
+        yours = calls.places("examples:SharedHighWater")
+        two = steps.explore_steps(Bound(2, ("acquire", "write"), 2, 1, resources=2), yours,
                               sample=0)
         self.assertEqual(two["violations"]["model"], 0)
-        three = explore.explore_steps(Bound(3, ("acquire", "write"), 2, 1, resources=2), yours,
+        three = steps.explore_steps(Bound(3, ("acquire", "write"), 2, 1, resources=2), yours,
                                 sample=0)
         self.assertGreater(three["violations"]["model"], 0)
 
@@ -594,9 +607,9 @@ class ReaderTests(unittest.TestCase):
         crash = Bound(1, ("acquire", "write", "retry"), last_tick=0, ttl=1)
         for name in examples.CORRECT[1:]:
             with self.subTest(name):
-                yours = explore.places(f"examples:{name}")
-                steps = explore.explore_steps(SMALL["a retry"], yours, sample=0)
-                self.assertEqual(set(steps["violations"].values()), {0})
+                yours = calls.places(f"examples:{name}")
+                found = steps.explore_steps(SMALL["a retry"], yours, sample=0)
+                self.assertEqual(set(found["violations"].values()), {0})
                 found = statements.explore_statements(crash, yours[0])
                 self.assertTrue(found["ok"], found["witnesses"])
                 self.assertGreater(found["crash_schedules"], 10)
@@ -605,7 +618,7 @@ class ReaderTests(unittest.TestCase):
         # A's upsert commits as it runs, A dies, and A's retry is applied again: only a
         # call counted as committed without a COMMIT shows that no order gives it.
         found = statements.explore_statements(Bound(1, ("acquire", "write"), 0, 1),
-                                              explore.places("examples:AutocommitGreaterOrEqual")[0])
+                                              calls.places("examples:AutocommitGreaterOrEqual")[0])
         self.assertEqual(found["failed"]["safety"], 1)
 
     def test_each_misuse_of_the_interface_is_exit_2_in_one_line_naming_it(self) -> None:
@@ -693,23 +706,23 @@ class ReaderTests(unittest.TestCase):
 
     def test_a_high_first_epoch_shows_an_epoch_kept_as_text_or_in_32_bits_at_a_takeover(
             self) -> None:
-        yours, bound = explore.places("examples:TextEpoch"), Bound(2, ("acquire", "write"), 1, 1)
-        readme = explore.places("examples:ReadmeFence")
-        self.assertEqual(set(explore.explore_steps(dataclasses.replace(
+        yours, bound = calls.places("examples:TextEpoch"), Bound(2, ("acquire", "write"), 1, 1)
+        readme = calls.places("examples:ReadmeFence")
+        self.assertEqual(set(steps.explore_steps(dataclasses.replace(
             bound, first_epoch=9), readme, sample=0)["violations"].values()), {0}, "no alarm")
-        self.assertEqual(set(explore.explore_steps(bound, yours, sample=0)["violations"]
+        self.assertEqual(set(steps.explore_steps(bound, yours, sample=0)["violations"]
                              .values()), {0}, "epochs 1 and 2 compare alike as text")
-        found = explore.explore_steps(dataclasses.replace(bound, first_epoch=9), yours,
+        found = steps.explore_steps(dataclasses.replace(bound, first_epoch=9), yours,
                                       sample=0)
         self.assertEqual(found["failures"]["fence"]["events"][-1]["epoch"], 9)
         self.assertIn("stored (10, 'B1') -> (9, 'A1'); the contract: stale",
                       "\n".join(found["failures"]["fence"]["lines"]))
         self.assertFalse(statements.explore_statements(dataclasses.replace(
             statements.BOUND, last_tick=1, first_epoch=9), yours[0])["ok"])
-        narrow = explore.places("examples:NarrowEpoch")
-        self.assertEqual(set(explore.explore_steps(bound, narrow, sample=0)["violations"]
+        narrow = calls.places("examples:NarrowEpoch")
+        self.assertEqual(set(steps.explore_steps(bound, narrow, sample=0)["violations"]
                              .values()), {0})
-        self.assertGreater(explore.explore_steps(dataclasses.replace(
+        self.assertGreater(steps.explore_steps(dataclasses.replace(
             bound, first_epoch=2**31 - 1), narrow, sample=0)["violations"]["fence"], 0)
 
     def test_with_two_resources_each_line_names_its_resource_and_each_is_judged_alone(
@@ -717,9 +730,9 @@ class ReaderTests(unittest.TestCase):
         # B writes its live lease on the second resource after C's grant of epoch 2 on the
         # first: judged with the first, B's write would be "superseded".
         bound = Bound(3, ("acquire", "write"), last_tick=2, ttl=2, resources=2)
-        steps = explore.replay(bound, explore.places(), explore.parse(
+        walked = steps.replay(bound, calls.places(), steps.parse(
             bound, "A@0 B@1 C@2 B@2"))
-        lines = explore._lines(bound, steps, 0)
+        lines = steps._lines(bound, walked, 0)
         self.assertIn("  tick  2  B  annual-report     write    epoch 1   applied   'B1': "
                       "stored nothing -> (1, 'B1'); the contract: applied", lines)
         self.assertIn("  annual-report: final value written by B; stale writes refused: 0, "
@@ -749,6 +762,141 @@ def _children_of(pid: int) -> list[int]:
     return found
 
 
+class _Toy(engine.Scheduler):
+    """The smallest subject of the engine: actors that each pass `gates` gates (the first a
+    statement on a file of their own), told to go on, fail or die; the transcript in `said`."""
+
+    def __init__(self, actors: int, gates: int, folder: str, crashes: bool,
+                 cleanup: contextlib.ExitStack, fails: bool = False) -> None:
+        super().__init__([f"actor {n}" for n in range(actors)], TIMEOUT, crashes, cleanup)
+        self.gates, self.folder, self.fails = gates, folder, fails
+        self.begun = [False] * actors
+
+    def body(self, n: int) -> Any:
+        def run() -> str:
+            connection = sqlite3.connect(os.path.join(self.folder, f"{n}.sqlite3"))
+            try:
+                connection.execute("CREATE TABLE t (x)")
+            except sqlite3.OperationalError as exc:
+                return str(exc)
+            return " ".join(str(engine.gate(f"gate {k}")) for k in range(1, self.gates))
+        return run
+
+    def enabled(self) -> list[Any]:
+        return [*(("start", n) for n, begun in enumerate(self.begun) if not begun),
+                *(choice for n, what in enumerate(self.waiting) if what is not None
+                  for choice in [("run", n), *[("fail", n)] * (self.fails and what.startswith(
+                      "CREATE")), *[("die", n)] * self.may_die])]
+
+    def token(self, choice: Any) -> str:
+        return f"{choice[0]} {choice[1]}"
+
+    def take(self, choice: Any) -> None:
+        kind, n = choice
+        if kind == "start":
+            self.begun[n] = True
+            told = self.start(n, self.body(n), "run")
+        else:
+            told = {"run": lambda: self.go(n, f"v{n}"), "fail": lambda: self.fail(n),
+                    "die": lambda: self.kill(n)}[kind]()
+        self.said.append(f"{choice}: {told}")
+
+
+class _Played(NamedTuple):
+    choices: tuple[int, ...]
+    options: tuple[int, ...]
+    died: bool
+    said: tuple[str, ...]
+
+
+def toy(actors: int, gates: int, fails: bool = False) -> Any:
+    """play(given, crashes) for engine.every over the toy subject."""
+    def play(given: tuple[int, ...], crashes: bool) -> _Played:
+        with contextlib.ExitStack() as cleanup:
+            folder = cleanup.enter_context(tempfile.TemporaryDirectory())
+            scheduler = _Toy(actors, gates, folder, crashes, cleanup, fails)
+            choices, options = scheduler.chosen(given)
+            return _Played(choices, options, scheduler.died, tuple(scheduler.said))
+    return play
+
+
+def toy_count(actors: int, gates: int) -> tuple[int, int]:
+    """Interleavings without a crash and with one, counted by hand's rule: each actor's start
+    and gates in order, and after a death every other actor alone, in one order."""
+    @functools.cache
+    def count(left: tuple[int, ...], crashed: bool) -> tuple[int, int]:
+        if crashed or not any(left):
+            return (0, 1) if crashed else (1, 0)
+        clean = crash = 0
+        for n, steps_left in enumerate(left):
+            if steps_left:
+                after = count((*left[:n], steps_left - 1, *left[n + 1:]), False)
+                clean, crash = clean + after[0], crash + after[1]
+                if steps_left <= gates:  # paused at a gate: it may die there
+                    crash += count((), True)[1]
+        return clean, crash
+    return count((gates + 1,) * actors, False)
+
+
+class EngineTests(unittest.TestCase):
+    """The engine alone, on the smallest subject."""
+
+    def setUp(self) -> None:
+        gated = engine.gated()
+        gated.__enter__()
+        self.addCleanup(gated.__exit__, None, None, None)
+
+    def test_every_plays_each_interleaving_once_and_each_with_one_crash(self) -> None:
+        for actors, gates in ((1, 1), (2, 1), (2, 2), (3, 1)):
+            with self.subTest(actors=actors, gates=gates):
+                runs = list(engine.every(toy(actors, gates)))
+                played = Counter(run.died for run in runs)
+                self.assertEqual((played[False], played[True]), toy_count(actors, gates))
+                self.assertEqual(len({run.said for run in runs}), len(runs))
+
+    def test_a_gate_answers_the_value_gone_on_with_and_a_failed_statement_raises_locked(
+            self) -> None:
+        said = [run.said for run in engine.every(toy(1, 3, fails=True), (False,))]
+        self.assertIn(("('start', 0): ('paused', 'CREATE TABLE t (x)')",
+                       "('run', 0): ('paused', 'gate 1')", "('run', 0): ('paused', 'gate 2')",
+                       "('run', 0): ('ended', 'v0 v0')"), said)
+        self.assertIn(("('start', 0): ('paused', 'CREATE TABLE t (x)')",
+                       f"('fail', 0): ('ended', '{engine.LOCKED}')"), said)
+
+    def test_a_body_started_unstopped_runs_to_interleave_then_holds_the_write_lock(
+            self) -> None:
+        with contextlib.ExitStack() as cleanup:
+            folder = cleanup.enter_context(tempfile.TemporaryDirectory())
+            scheduler = _Toy(1, 1, folder, False, cleanup)
+
+            def body() -> Any:
+                connection = sqlite3.connect(os.path.join(folder, "own.sqlite3"))
+                connection.execute("CREATE TABLE t (x)")  # its opening: not stopped
+                engine.interleave()
+                connection.execute("INSERT INTO t VALUES (1)")  # sqlite3 begins first
+                return engine.gate("its end")
+
+            self.assertEqual(scheduler.start(0, body, "run", interleaved=False),
+                             ("paused", "INSERT INTO t VALUES (1)"))
+            self.assertFalse(scheduler.actors[0].writing)
+            self.assertEqual(scheduler.go(0), ("paused", "its end"))
+            self.assertTrue(scheduler.actors[0].writing)
+            self.assertFalse(scheduler.actors[0].committed)
+            self.assertEqual(scheduler.go(0, 7), ("ended", 7))
+
+    def test_a_killed_actor_dies_in_its_thread_and_a_silent_one_is_hung(self) -> None:
+        with contextlib.ExitStack() as cleanup:
+            scheduler = _Toy(1, 2, cleanup.enter_context(tempfile.TemporaryDirectory()), True,
+                             cleanup)
+            scheduler.take(("start", 0))
+            self.assertEqual(scheduler.kill(0), ("died", None))
+            self.assertEqual(scheduler.actors[0].connections, [])
+            scheduler.seconds = 0.05
+            with self.assertRaises(core.Hung) as hung:
+                scheduler.heard(0)  # told nothing: it waits for its next body
+            self.assertIn("actor 0's run gave no answer", hung.exception.said)
+
+
 class StatementTests(unittest.TestCase):
     """Every interleaving at each statement, with a crash before each."""
 
@@ -767,11 +915,11 @@ class StatementTests(unittest.TestCase):
             self) -> None:
         bound, rules = statements.BOUND, ("fenced",)
         acquire_a, acquire_b = bound.step(0, 0, 0), bound.step(1, 0, 0)
-        granted = explore.Run(("quarterly-report", "A", 1, 1),
+        granted = core.Run(("quarterly-report", "A", 1, 1),
                               (("A", "acquire", 0, "granted", 1, 1, None, None, None),), False)
-        twice = explore.Run(("quarterly-report", "B", 1, 1),
+        twice = core.Run(("quarterly-report", "B", 1, 1),
                             (("B", "acquire", 0, "granted", 1, 1, None, None, None),), False)
-        held = explore.Run(None, (("B", "acquire", 0, "held", 1, 1, None, None, None),), False)
+        held = core.Run(None, (("B", "acquire", 0, "held", 1, 1, None, None, None),), False)
         a = statements.Call(0, acquire_a, None, granted, True, 1, 4)
         final = ((("A", 1, 1), None),)
         self.assertTrue(statements.safe(bound, rules, (a, statements.Call(
@@ -794,12 +942,13 @@ class StatementTests(unittest.TestCase):
 
     def test_a_brute_force_of_sequential_runs_of_the_real_code_agrees_with_safety(
             self) -> None:
-        self.addCleanup(setattr, sqlite3, "connect", sqlite3.connect)
-        sqlite3.connect = statements._connect  # type: ignore[assignment]
+        gated = engine.gated()
+        gated.__enter__()
+        self.addCleanup(gated.__exit__, None, None, None)
         for bound, spec, fails in [(statements.BOUND, None, False),
                                    (Bound(2, ("acquire", "write"), 1, 1),
                                     "examples:ReadBeforeTransaction", True)]:
-            place = explore.places(spec)[0]
+            place = calls.places(spec)[0]
             every = statements._every(bound, place, (False,))  # no crash: each call answers
             runs = [next(r for r in every if r.failed)] if fails else list(every)
             for run in runs:
@@ -808,10 +957,10 @@ class StatementTests(unittest.TestCase):
             self.assertGreater(len(runs), 40 * (not fails))
 
     def test_a_receiver_whose_connection_the_explorer_cannot_stop_is_refused(self) -> None:
-        with self.assertRaisesRegex(explore.Unsupported, "opened no connection through "
+        with self.assertRaisesRegex(core.Unsupported, "opened no connection through "
                                     "sqlite3.connect as it was made"):
             statements.explore_statements(statements.BOUND,
-                                          explore.places("test_explore:OwnConnect")[0])
+                                          calls.places("test_explore:OwnConnect")[0])
 
     def test_a_statement_run_where_the_explorer_cannot_stop_it_is_a_usage_error(self) -> None:
         folder = scratch(self, *CURSOR_STATEMENT)
@@ -839,7 +988,7 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(len(err.getvalue().splitlines()), 1, err.getvalue())
 
     def test_ctrl_c_is_exit_130(self) -> None:
-        with mock.patch.object(explore, "explore_steps", side_effect=KeyboardInterrupt), \
+        with mock.patch.object(steps, "explore_steps", side_effect=KeyboardInterrupt), \
                 contextlib.redirect_stderr(io.StringIO()):
             self.assertEqual(explore.main([]), explore.EXIT_INTERRUPTED)
 
@@ -860,6 +1009,54 @@ class CommandLineTests(unittest.TestCase):
                               check=False)
         self.assertEqual(done.returncode, explore.EXIT_OK, done.stderr)
         self.assertIn("schedules with", done.stdout)
+
+
+class LayoutTests(unittest.TestCase):
+    """The explorer's modules stay readable: no import cycle, none too long, the CLI apart."""
+
+    def test_no_module_imports_one_that_imports_it_and_none_is_over_600_lines(self) -> None:
+        self.assertEqual(layout_faults(HERE), [])
+
+    def test_the_layout_check_sees_a_cycle_a_long_module_and_an_import_of_the_cli(
+            self) -> None:
+        folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, folder)
+        for name, text in {"a.py": "import b\n", "b.py": "from c import x\n",
+                           "c.py": "import a\nx = 1\n" + "\n" * 600,
+                           "d.py": "import explore\n", "explore.py": ""}.items():
+            with open(os.path.join(folder, name), "w", encoding="utf-8") as file:
+                file.write(text)
+        faults = layout_faults(folder)
+        self.assertIn("c.py: 602 lines", faults)
+        self.assertIn("d.py imports explore.py, the command line", faults)
+        self.assertTrue(any(fault.startswith("an import cycle") for fault in faults), faults)
+
+
+def layout_faults(folder: str) -> list[str]:
+    """What breaks the layout in `folder`'s modules (test files aside): a module over 600
+    lines, an import cycle among them, direct or not, or an import of the command line."""
+    texts = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py") and not name.startswith("test_"):
+            with open(os.path.join(folder, name), encoding="utf-8") as file:
+                texts[name[:-3]] = file.read()
+    faults = [f"{name}.py: {len(text.splitlines())} lines" for name, text in texts.items()
+              if len(text.splitlines()) > 600]
+    graph = {}
+    for name, text in texts.items():
+        imported = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.partition(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.partition(".")[0])
+        graph[name] = imported & texts.keys()
+        faults += [f"{name}.py imports explore.py, the command line"] * ("explore" in imported)
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as cycle:
+        faults.append(f"an import cycle: {' -> '.join(cycle.args[1])}")
+    return faults
 
 
 if __name__ == "__main__":
