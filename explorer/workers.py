@@ -30,23 +30,23 @@ repeat (VERDICTS, explained in explorer/README.md); a call that never comes back
 
 import contextlib
 import os
-import queue
 import re
 import shlex
 import sqlite3
 import sys
 import tempfile
-import threading
-import types
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
-import explore
-from explore import Fresh, Hung, Unsupported
+import core
+import engine
+from core import Hung, Unsupported
+from engine import gate, interleave
+from receivers import fits
 
-RECIPES = os.path.join(os.path.dirname(explore.HERE), "recipes")
+RECIPES = os.path.join(os.path.dirname(core.HERE), "recipes")
 if RECIPES not in sys.path:
     sys.path.append(RECIPES)
 import fence
@@ -64,12 +64,12 @@ CREATE TRIGGER granted AFTER INSERT ON leases BEGIN
   INSERT INTO grants VALUES (new.resource, new.holder, new.epoch); END;
 CREATE TRIGGER regranted AFTER UPDATE ON leases WHEN new.epoch <> old.epoch BEGIN
   INSERT INTO grants VALUES (new.resource, new.holder, new.epoch); END;"""
-# A statement that takes SQLite's write lock: it may fail "database is locked".
+_LETTERS = "ABCDEFGH"
+CLOCK, NEXT, WORK = "the clock", "the next job", "the work on "  # the gates besides statements
+_CONNECT = sqlite3.connect  # the explorer's own, never stopped
+# A statement that takes SQLite's write lock: where a store error ("database is locked") is made.
 _LOCKS = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|REPLACE)",
                     re.IGNORECASE)
-_CONNECT = sqlite3.connect
-_LETTERS = "ABCDEFGH"
-LOCKED = "database is locked (a store error made by the explorer)"
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,8 @@ class Bound:
     jobs: int = 1
     preemptions: int | None = 2  # None: every interleaving
     jumps: int = 1
-    crashes: int = 1
-    errors: int = 1
+    crashes: int = 1  # 0 or 1: a crash or a store error, at most one, the rest one way
+    errors: int = 0
     ttl: int = 10
     timeout: float = 10.0
     steps: int = 400  # choices in one interleaving; more is a hang
@@ -112,9 +112,10 @@ class Played(NamedTuple):
     lines: tuple[str, ...]
     failed: tuple[tuple[str, str], ...]
     runs: tuple[int, ...]
-    died: bool
+    died: bool  # a crash or a store error
+    crashed: bool
     erred: bool
-    open: tuple[str, ...] = ()  # stopped early: the choices open there
+    open: tuple[str, ...] | None = None  # stopped early: the choices open there
 
 
 def load(spec: str) -> Callable[..., None]:
@@ -122,7 +123,7 @@ def load(spec: str) -> Callable[..., None]:
     module, colon, name = spec.partition(":")
     if not (module and colon and name):
         raise ValueError(f"--worker wants MODULE:NAME, got {spec!r}")
-    for folder in (explore.HERE, RECIPES, os.getcwd()):
+    for folder in (core.HERE, RECIPES, os.getcwd()):
         if folder not in sys.path:
             sys.path.append(folder)
     try:
@@ -132,142 +133,11 @@ def load(spec: str) -> Callable[..., None]:
                           f"{type(exc).__name__}: {exc}") from None
     if not callable(found):
         raise Unsupported(f"--worker {spec!r}: {module!r} has no function {name!r}")
-    explore.fits(f"{name}(queue, me, clock, do, leases, jobs)", found, *"qmcdlj")
+    fits(f"--worker {spec!r}: {name}(queue, me, clock, do, leases, jobs)", found, *"qmcdlj")
     return found  # type: ignore[no-any-return]
 
 
-# --- the workers: a thread each, stopped before each statement, clock read and work ---
-
-
-class _Died(BaseException):  # not an error: the worker's process is gone
-    """A worker died: it runs no statement after, no COMMIT, no ROLLBACK."""
-
-
-class _Gated(sqlite3.Connection):
-    """A worker's connection: it stops before each statement until the scheduler lets it."""
-
-    actor: "_Actor"
-
-    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-        return self.actor.statement(self, sql, lambda: super(_Gated, self).execute(
-            sql, parameters))
-
-    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
-        return self.actor.statement(self, sql, lambda: super(_Gated, self).executemany(
-            sql, parameters))
-
-    def executescript(self, script: str, /) -> sqlite3.Cursor:
-        return self.actor.statement(self, script, lambda: super(_Gated, self).executescript(
-            script))
-
-    def commit(self) -> None:
-        if self.in_transaction:
-            self.actor.statement(self, "COMMIT", super().commit)
-
-    def rollback(self) -> None:
-        if self.in_transaction:
-            self.actor.statement(self, "ROLLBACK", super().rollback)
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: types.TracebackType | None) -> Literal[False]:
-        self.commit() if kind is None else self.rollback()
-        return False
-
-
-_actors: dict[int, "_Actor"] = {}  # by thread id, while an interleaving plays
-
-
-def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-    """sqlite3.connect while this mode runs: a worker's thread gets a stopped connection."""
-    actor = _actors.get(threading.get_ident())
-    if actor is None:
-        return _CONNECT(*args, **kwargs)
-    connection = _CONNECT(*args, **{**kwargs, "timeout": 0, "factory": _Gated})
-    assert isinstance(connection, _Gated)
-    connection.actor = actor
-    actor.connections.append(connection)
-    return connection
-
-
-class _Actor:
-    """One worker's thread.  It tells the scheduler (self, "paused", what), (self, "waiting",
-    None) or (self, "ended", an exception or None) and waits for its order."""
-
-    def __init__(self, world: "_World", slot: int, name: str) -> None:
-        self.world, self.slot, self.name = world, slot, name
-        self.go: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.connections: list[sqlite3.Connection] = []
-        self.locked: set[sqlite3.Connection] = set()  # holding SQLite's write lock
-        self.gated = self.dead = False
-        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
-
-    def pause(self, what: tuple[str, ...]) -> str:
-        if self.dead:
-            raise _Died
-        if not self.gated:
-            return "go"
-        self.world.told.put((self, "paused", what))
-        order: str | None = self.go.get()
-        if order is None or order == "die":
-            self.dead = True
-            raise _Died
-        return order
-
-    def statement(self, connection: sqlite3.Connection, sql: str, run: Callable[[], Any]) -> Any:
-        if self.pause(("sql", " ".join(sql.split()))) == "fail":
-            raise sqlite3.OperationalError(LOCKED)
-        try:
-            return run()
-        finally:
-            if connection.in_transaction and (connection in self.locked or _LOCKS.match(sql)):
-                self.locked.add(connection)
-            else:
-                self.locked.discard(connection)
-
-    def clock(self) -> int:
-        self.pause(("clock",))
-        return self.world.tick
-
-    def do(self, job: str, heartbeat: Callable[[], bool]) -> None:
-        self.pause(("work", job))
-        self.world.ran(self, job)
-        heartbeat()
-
-    def queue(self) -> Iterator[str]:
-        while True:
-            self.gated = True  # its opening, before it first asks, is not interleaved
-            if self.dead:
-                raise _Died
-            if self.world.pending[self.slot]:
-                yield self.world.pending[self.slot].pop(0)
-                continue
-            self.world.told.put((self, "waiting", None))
-            job = self.go.get()
-            if self.dead or job is None:
-                self.gated = False
-                if self.dead:
-                    raise _Died
-                return
-            yield job
-
-    def _main(self) -> None:
-        _actors[threading.get_ident()] = self
-        ended: BaseException | None = None
-        try:
-            self.world.function(self.queue(), self.name, self.clock, self.do,
-                                self.world.leases, self.world.jobs)
-        except _Died:
-            ended = None
-        except BaseException as exc:  # noqa: BLE001 - an exception escaping the worker
-            ended = exc
-        finally:
-            for connection in list(self.connections):  # SQLite rolls back what is open
-                connection.close()
-            _actors.pop(threading.get_ident(), None)
-        self.world.told.put((self, "ended", ended))
-
-
-# --- one interleaving ---
+# --- one interleaving: the files, the clock, the queue and the workers ---
 
 
 _made_once: dict[tuple[str, ...], tuple[bytes, bytes]] = {}
@@ -286,8 +156,8 @@ def _made(folder: str, names: list[str]) -> tuple[str, str]:
                 db.executescript(HISTORY)
                 db.executemany("INSERT INTO fenced VALUES (?, 0, 0, 'queued')",
                                [(job,) for job in names])
-            _made_once[tuple(names)] = tuple(  # type: ignore[assignment]
-                open(path, "rb").read() for path in (leases, jobs))
+            with open(leases, "rb") as made_leases, open(jobs, "rb") as made_jobs:
+                _made_once[tuple(names)] = (made_leases.read(), made_jobs.read())
     paths = (os.path.join(folder, "leases.sqlite3"), os.path.join(folder, "jobs.sqlite3"))
     for path, content in zip(paths, _made_once[tuple(names)]):
         with open(path, "wb") as file:
@@ -295,90 +165,132 @@ def _made(folder: str, names: list[str]) -> tuple[str, str]:
     return paths
 
 
-class _World:
-    """The files, the clock, the queue and the workers of one interleaving, and its record."""
+class _World(engine.Scheduler):
+    """One interleaving: the files, the clock, the queue, and a worker on each actor.  A
+    choice is ("run", w, jumped), ("fail", w), ("die", w) or ("offer", j, w, jumped);
+    `jumped`: the clock moves on by the ttl first."""
 
-    def __init__(self, bound: Bound, folder: str, notes: bool) -> None:
+    def __init__(self, bound: Bound, folder: str, faults: bool, notes: bool,
+                 cleanup: contextlib.ExitStack) -> None:
+        super().__init__(list(_LETTERS[:bound.workers]), bound.timeout, faults, cleanup)
         self.bound, self.notes, self.function = bound, notes, load(bound.spec)
+        self.faults, self.bounded = faults, True
+        self.stop: int | None = None  # the brute force's: the choices open after so many
+        self.open: tuple[str, ...] | None = None
         self.names = [f"job-{j + 1}" for j in range(bound.jobs)]
         self.leases, self.jobs = _made(folder, self.names)
         # The explorer's own connections, used in a worker's turn too (its work's record).
         self.grants = _CONNECT(self.leases, isolation_level=None, timeout=0,
                                check_same_thread=False)
         self.db = _CONNECT(self.jobs, isolation_level=None, timeout=0, check_same_thread=False)
-        self.tick, self.told = 0, queue.SimpleQueue[Any]()
+        cleanup.callback(self.grants.close)
+        cleanup.callback(self.db.close)
+        self.tick = 0
         self.pending = [[job for j, job in enumerate(self.names) if j % bound.workers == w]
                         for w in range(bound.workers)]
         self.offered = [{j % bound.workers} for j in range(bound.jobs)]
         self.quiet: list[str] = []
-        self.at: list[Any] = [None] * bound.workers  # what each waits before: "waiting" too
         self.last: int | None = None
-        self.preempted = self.jumped = self.crashed = self.erred = 0
-        self.moved = False
+        self.preempted = self.jumped = 0
+        self.crashed = self.erred = self.moved = False
         self.runs: list[tuple[str, str, int, int]] = []  # job, runner, history, grants seen
         self.exceptions: list[tuple[str, BaseException]] = []
-        self.lines: list[str] = []
         self.born = [1] * bound.workers
-        self.actors = [self._start(w, _LETTERS[w]) for w in range(bound.workers)]
+        for w in range(bound.workers):
+            self._begin(w, _LETTERS[w])
 
-    def _start(self, slot: int, name: str) -> _Actor:
-        actor = _Actor(self, slot, name)
-        actor.thread.start()
-        self._heard(actor)
-        return actor
+    def _begin(self, w: int, name: str) -> None:
+        """A new worker named `name` on actor w: its opening not interleaved, up to its
+        first look at the queue."""
+        def clock() -> int:
+            gate(CLOCK)
+            return self.tick
 
-    def close(self) -> None:
-        for actor in self.actors:
-            if actor.thread.is_alive():
-                actor.dead = True
-                actor.go.put(None)
-                actor.thread.join(self.bound.timeout)
-        self.db.close()
-        self.grants.close()
+        def do(job: str, heartbeat: Callable[[], bool]) -> None:
+            gate(WORK + job)
+            self.runs.append((job, name, *self._seen()))
+            heartbeat()
 
-    # the choices: ("run", w), ("fail", w), ("die", w), ("jump",), ("offer", j, w)
+        def jobs() -> Iterator[str]:
+            interleave()
+            while True:
+                job = self.pending[w].pop(0) if self.pending[w] else gate(NEXT)
+                if job is None:
+                    return
+                yield job
 
-    def enabled(self, bounded: bool = True) -> list[tuple[Any, ...]]:
-        """The choices open: ("run", w, jumped), ("fail", w), ("die", w), ("offer", j, w,
-        jumped); `jumped`: the clock moves on by the ttl first."""
-        paused = [w for w, at in enumerate(self.at) if at not in ("waiting", None)]
+        def body() -> BaseException | None:
+            try:
+                self.function(jobs(), name, clock, do, self.leases, self.jobs)
+            except Exception as exc:  # noqa: BLE001 - an exception escaping the worker
+                return exc
+            return None
+
+        self._after(w, *self.start(w, body, f"worker {name}", interleaved=False))
+
+    def _after(self, w: int, kind: str, what: Any) -> None:
+        """Worker w told `kind`: an exception it raised is a verdict; once it died or
+        raised, a new worker, with a new name, takes its queue."""
+        if kind == "ended" and what is not None:
+            self.exceptions.append((self.actors[w].name, what))
+            self.said.append(f"  tick {self.tick:>2}  worker {_LETTERS[w]} raised "
+                             f"{type(what).__name__}: {what}")
+        if kind == "died" or (kind == "ended" and what is not None):
+            self.last = None if self.last == w else self.last
+            self.born[w] += 1
+            name = f"{_LETTERS[w]}{self.born[w]}"
+            self.say(f"{name} takes worker {_LETTERS[w]}'s queue")
+            self._begin(w, name)
+
+    def enabled(self) -> list[tuple[Any, ...]]:
+        if len(self.tokens) > self.bound.steps:
+            raise Hung(f"the workers made more than {self.bound.steps} choices",
+                       lines=self.said, witness=" ".join(self.tokens))
+        choices = self._enabled()
+        while not choices and self.quiet_offer():
+            choices = self._enabled()
+        if choices and self.stop is not None and len(self.tokens) == self.stop:
+            self.open = tuple(self.token(choice) for choice in choices)
+            return []
+        return choices
+
+    def _enabled(self) -> list[tuple[Any, ...]]:
+        paused = [w for w, at in enumerate(self.waiting) if at not in (None, NEXT)]
         calm = not self.quiet  # in the quiet offer nothing else happens
         jump = calm and self.jumped < self.bound.jumps
-        for w in paused:  # it runs on alone: see _alone
-            if self.actors[w].locked or self.at[w][0] in ("clock", "work"):
-                return [("run", w, False), *[("run", w, True)] * (
-                    jump and self.at[w][0] == "clock"), *[("die", w)] * (
-                    calm and self.crashed < self.bound.crashes and self.at[w][0] == "work")]
+        fault = calm and self.faults and not self.died
+        for w in paused:  # it runs on alone: see README, "the reduction"
+            at = self.waiting[w] or ""
+            if self.actors[w].writing or at == CLOCK or at.startswith(WORK):
+                return [("run", w, False), *[("run", w, True)] * (jump and at == CLOCK),
+                        *[("die", w)] * (fault and self.bound.crashes > 0 and
+                                         at.startswith(WORK))]
         keep = self.last if self.last in paused else None
         choices: list[tuple[Any, ...]] = []
         for w in sorted(paused, key=lambda w: w != keep):
-            if bounded and keep is not None and w != keep and self.bound.preemptions is not \
-                    None and self.preempted >= self.bound.preemptions:
+            if self.bounded and keep is not None and w != keep and \
+                    self.bound.preemptions is not None and \
+                    self.preempted >= self.bound.preemptions:
                 continue
             choices.append(("run", w, False))
-            choices += [("run", w, True)] * (jump and self.at[w][0] == "clock")
-            choices += [("fail", w)] * (calm and self.erred < self.bound.errors and
-                                        self._effect(w) == "sql")
-        choices += [("die", w) for w in paused
-                    if calm and self.crashed < self.bound.crashes and self._effect(w)]
-        waiting = [w for w, at in enumerate(self.at) if at == "waiting"]
+            choices += [("fail", w)] * (fault and self.bound.errors > 0 and self._locks(w))
+        # A worker paused since before the last run is killed as well where it paused.
+        choices += [("die", w) for w in paused if fault and self.bound.crashes > 0 and
+                    self._locks(w) and keep in (None, w)]
+        idle = [w for w, at in enumerate(self.waiting) if at == NEXT]
         for j, job in enumerate(self.names):
-            if calm and any(w not in self.offered[j] for w in waiting):
+            if calm and any(w not in self.offered[j] for w in idle):
                 free = self._free(job, self.tick)
                 if free or (jump and self._free(job, self.tick + self.bound.ttl)):
-                    choices += [("offer", j, w, not free) for w in waiting
+                    choices += [("offer", j, w, not free) for w in idle
                                 if w not in self.offered[j]]
         return choices
 
-    def _effect(self, w: int) -> str | None:
-        """What worker w is about to do that others may see: "sql", a statement taking the
-        write lock (it may fail "database is locked"), or "work"; None: a read, a clock read,
-        a statement inside its write transaction.  A crash anywhere else is the same as one
-        before its next such step: SQLite rolls back what is not committed."""
-        kind, what = self.at[w][0], self.at[w][-1]
-        if kind == "sql" and _LOCKS.match(what) and not self.actors[w].locked:
-            return "sql"
-        return "work" if kind == "work" else None
+    def _locks(self, w: int) -> bool:
+        """Whether worker w is before a statement that takes the write lock, holding none:
+        where a store error or a crash is placed.  A crash anywhere else is the same as one
+        there: SQLite rolls back what is not committed, and a read changes nothing."""
+        return bool(_LOCKS.match(self.waiting[w] or "")) and not self.actors[w].writing
 
     def _free(self, job: str, tick: int) -> bool:
         """Not done in the jobs file, and no lease on it live at `tick`."""
@@ -399,38 +311,35 @@ class _World:
 
     def take(self, choice: tuple[Any, ...]) -> None:
         kind, *rest = choice
+        w = rest[-2] if kind == "offer" else rest[0]
         if kind in ("run", "offer") and rest[-1]:
             self.jumped += 1
             self._moved_to(self.tick + self.bound.ttl)
         if kind == "offer":
-            j, w, _ = rest
-            self.offered[j].add(w)
-            self.say(f"{self.names[j]} is offered to {self.actors[w].name}")
-            self.actors[w].go.put(self.names[j])
-            self._heard(self.actors[w])
+            self.offered[rest[0]].add(w)
+            self.say(f"{self.names[rest[0]]} is offered to {self.actors[w].name}")
+            self._after(w, *self.go(w, self.names[rest[0]]))
             return
-        w = rest[0]
-        actor, at = self.actors[w], self.at[w]
-        said = _short(at[1]) if at[0] == "sql" else "reads the clock" if at[0] == "clock" else \
-            f"works on {at[1]} (run {1 + sum(r[0] == at[1] for r in self.runs)})"
+        name, at = self.actors[w].name, self.waiting[w] or ""
+        said = "reads the clock" if at == CLOCK else _short(at) if not at.startswith(WORK) \
+            else f"works on {at[len(WORK):]} (run {1 + sum(r[0] == at[len(WORK):] for r in self.runs)})"
         if kind == "die":
-            self.crashed += 1
-            self.say(f"{actor.name} dies before {said}")
-            actor.go.put("die")
-            self._heard(actor)
+            self.crashed = True
+            self.say(f"{name} dies before {said}")
+            self._after(w, *self.kill(w))
             return
-        if self.last is not None and self.last != w and self.at[self.last] not in (
-                "waiting", None):
+        if self.last is not None and self.last != w and self.waiting[self.last] not in (
+                None, NEXT):
             self.preempted += 1
         self.last = w
-        if kind == "fail":
-            self.erred += 1
-            self.say(f"{actor.name} {said}: fails, {LOCKED}")
-        else:
-            self.say(f"{actor.name} {said}" + f": {self.tick}" * (at[0] == "clock"))
         seen = self._seen() if self.notes else None
-        actor.go.put("fail" if kind == "fail" else "go")
-        self._heard(actor)
+        if kind == "fail":
+            self.erred = self.died = True
+            self.say(f"{name} {said}: fails, {engine.LOCKED} (made by the explorer)")
+            self._after(w, *self.fail(w))
+        else:
+            self.say(f"{name} {said}" + f": {self.tick}" * (at == CLOCK))
+            self._after(w, *self.go(w))
         if seen is not None:
             self._noted(seen)
 
@@ -447,56 +356,25 @@ class _World:
                                          " AND holder IS NOT NULL", (job,)).fetchone()[0]
             if expiry is not None and expiry > self.tick:
                 self._moved_to(expiry)
-            w = next(w for w in range(self.bound.workers) if self.at[w] == "waiting")
+            w = next(w for w in sorted(range(self.bound.workers), key=lambda w: w != j %
+                                       self.bound.workers) if self.waiting[w] == NEXT)
             self.say(f"every worker waits: {job} is offered to {self.actors[w].name}, quiet")
-            self.actors[w].go.put(job)
-            self._heard(self.actors[w])
+            self._after(w, *self.go(w, job))
             return True
         return False
 
     def end(self) -> None:
-        """Every queue ends: each worker returns, in turn, its closing not interleaved."""
-        for actor in self.actors:
-            if self.at[actor.slot] == "waiting":
-                actor.gated = False
-                actor.go.put(None)
-                self._heard(actor)
+        """Every queue ends: each worker returns, in turn."""
+        for w in range(self.bound.workers):
+            if self.waiting[w] == NEXT:
+                self._after(w, *self.go(w, None))
 
     def say(self, line: str) -> None:
-        self.lines.append(f"  tick {self.tick:>2}  {line}")
-
-    def ran(self, actor: _Actor, job: str) -> None:  # in the worker's thread, its turn
-        history = self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM history").fetchone()[0]
-        grants = self.grants.execute("SELECT COALESCE(MAX(rowid), 0) FROM grants").fetchone()[0]
-        self.runs.append((job, actor.name, history, grants))
+        self.said.append(f"  tick {self.tick:>2}  {line}")
 
     def _moved_to(self, tick: int) -> None:
         self.tick, self.moved = tick, True
         self.say(f"the clock moves on to tick {tick}")
-
-    def _heard(self, actor: _Actor) -> None:
-        try:
-            who, kind, what = self.told.get(timeout=self.bound.timeout)
-        except queue.Empty:
-            raise Hung(f"worker {actor.name} gave no answer within {self.bound.timeout:g} s",
-                       lines=self.lines) from None
-        assert who is actor
-        if kind == "paused":
-            self.at[actor.slot] = what
-        elif kind == "waiting":
-            self.at[actor.slot] = "waiting"
-        else:
-            self.at[actor.slot] = None
-            if what is not None:
-                self.exceptions.append((actor.name, what))
-                self.say(f"{actor.name} raised {type(what).__name__}: {what}")
-            if actor.dead or what is not None:  # a new worker takes its queue
-                if self.last == actor.slot:
-                    self.last = None
-                self.born[actor.slot] += 1
-                name = f"{_LETTERS[actor.slot]}{self.born[actor.slot]}"
-                self.say(f"{name} takes {actor.name}'s queue")
-                self.actors[actor.slot] = self._start(actor.slot, name)
 
     def _seen(self) -> tuple[int, int]:
         return (self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM history").fetchone()[0],
@@ -505,10 +383,10 @@ class _World:
     def _noted(self, seen: tuple[int, int]) -> None:
         """In a replay, what a statement committed: each stored change and each grant."""
         for row in self.db.execute("SELECT * FROM history WHERE rowid > ?", (seen[0],)):
-            self.lines.append(f"              stored {row[0]} ({row[1]}, {row[2]}, {row[3]!r}) "
-                              f"-> ({row[4]}, {row[5]}, {row[6]!r})")
+            self.said.append(f"              stored {row[0]} ({row[1]}, {row[2]}, {row[3]!r}) "
+                             f"-> ({row[4]}, {row[5]}, {row[6]!r})")
         for row in self.grants.execute("SELECT * FROM grants WHERE rowid > ?", (seen[1],)):
-            self.lines.append(f"              granted {row[0]} to {row[1]}, epoch {row[2]}")
+            self.said.append(f"              granted {row[0]} to {row[1]}, epoch {row[2]}")
 
     def verdicts(self) -> list[tuple[str, str]]:
         """Each verdict failed, from what the files logged (see explorer/README.md)."""
@@ -527,64 +405,37 @@ class _World:
                 "value = 'running' AND rowid <= ?", (job, epoch[0], history)).fetchone()
             if not applied and ("unfenced work", job) not in failed:
                 failed.append(("unfenced work", job))
-        if not (self.crashed or self.erred or self.moved):
+        if not (self.died or self.moved):
             failed += [("needless repeat", job) for job in self.names
                        if sum(r[0] == job for r in self.runs) > 1]
         return failed
-
 
 def _short(sql: str) -> str:
     words = sql.split()
     return " ".join(words[:7]) + " ..." * (len(words) > 7)
 
 
-def play(bound: Bound, given: tuple[int, ...] = (), *, tokens: tuple[str, ...] | None = None,
-         stop: int | None = None, bounded: bool = True) -> Played:
+def play(bound: Bound, given: tuple[int, ...] = (), *, faults: bool = True,
+         tokens: tuple[str, ...] | None = None, stop: int | None = None,
+         bounded: bool = True) -> Played:
     """Play one interleaving from a fresh start: the choices `given` (indices), or a witness's
     `tokens` (then each statement's stored changes noted), then the first open at each point;
-    with `stop`, only that many choices, the choices open there returned."""
-    with tempfile.TemporaryDirectory(prefix="workers-", dir=_base) as folder:
-        world = _World(bound, folder, notes=tokens is not None)
-        try:
-            return _played(world, given, tokens, stop, bounded)
-        finally:
-            world.close()
-
-
-def _played(world: _World, given: tuple[int, ...], tokens: tuple[str, ...] | None,
-            stop: int | None, bounded: bool) -> Played:
-    taken: list[int] = []
-    options: list[int] = []
-    said: list[str] = []
-    while True:
-        choices = world.enabled(bounded)
-        if not choices:
-            if world.quiet_offer():
-                continue
-            break
-        named = [world.token(choice) for choice in choices]
-        if stop is not None and len(taken) == stop:
-            return Played(tuple(taken), tuple(said), (), tuple(world.lines), (), (), False,
-                          False, tuple(named))
-        if len(taken) >= world.bound.steps:
-            raise Hung(f"the workers made more than {world.bound.steps} choices",
-                       lines=world.lines, witness=" ".join(said))
-        if tokens is not None and len(taken) < len(tokens):
-            if tokens[len(taken)] not in named:
-                raise ValueError(f"the witness's choice {len(taken) + 1}, "
-                                 f"{tokens[len(taken)]!r}, is not open here (open: "
-                                 f"{' '.join(named)})")
-            index = named.index(tokens[len(taken)])
-        else:
-            index = given[len(taken)] if len(taken) < len(given) else 0
-        taken.append(index)
-        options.append(len(choices))
-        said.append(named[index])
-        world.take(choices[index])
-    world.end()
-    runs = tuple(sum(r[0] == job for r in world.runs) for job in world.names)
-    return Played(tuple(taken), tuple(said), tuple(options), tuple(world.lines),
-                  tuple(world.verdicts()), runs, bool(world.crashed), bool(world.erred))
+    with `stop`, only that many choices (the choices open there in .lines)."""
+    with contextlib.ExitStack() as cleanup:
+        folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="workers-",
+                                                                   dir=_base))
+        world = _World(bound, folder, faults, tokens is not None and stop is None, cleanup)
+        world.stop, world.bounded = stop, bounded
+        taken, options = world.chosen(given, tokens)
+        if "witness" in world.failed:
+            raise ValueError(f"the witness {' '.join(tokens or ())!r}: {world.said[-1].strip()}")
+        if world.open is not None:
+            return Played(taken, tuple(world.tokens), (), (), (), (), world.died,
+                          world.crashed, world.erred, world.open)
+        world.end()
+        runs = tuple(sum(r[0] == job for r in world.runs) for job in world.names)
+        return Played(taken, tuple(world.tokens), options, tuple(world.said),
+                      tuple(world.verdicts()), runs, world.died, world.crashed, world.erred)
 
 
 # --- the search, and an independent brute force to check its counts ---
@@ -595,35 +446,31 @@ _base: str | None = None  # where each interleaving's folder is made
 
 @contextlib.contextmanager
 def _installed(memory: bool = False) -> Iterator[None]:
-    """sqlite3.connect stopping workers' statements; with `memory`, the files in a folder
-    in memory (/dev/shm) where there is one: a commit's fsync costs nothing there."""
+    """Workers' statements stopped; with `memory`, the files in a folder in memory
+    (/dev/shm) where there is one: a commit's sync to disk costs nothing there."""
     global _base
     with contextlib.ExitStack() as cleanup:
         if memory and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
             _base = cleanup.enter_context(tempfile.TemporaryDirectory(
                 prefix="workers-", dir="/dev/shm"))
-        sqlite3.connect = _connect  # type: ignore[assignment]
+        cleanup.enter_context(engine.gated())
         try:
             yield
         finally:
-            sqlite3.connect, _base = _CONNECT, None
-
-
-def _every(bound: Bound) -> Iterator[Played]:
-    """Every interleaving of the bound, depth first: after each, every other choice open at
-    each point of it."""
-    pending: list[tuple[int, ...]] = [()]
-    while pending:
-        given = pending.pop()
-        run = play(bound, given)
-        yield run
-        for depth in range(len(run.options) - 1, len(given) - 1, -1):
-            pending += [(*run.choices[:depth], other)
-                        for other in range(run.options[depth] - 1, 0, -1)]
+            _base = None
 
 
 def _kind(run: Played) -> str:
-    return "crash" if run.died else "store error" if run.erred else "plain"
+    return "crash" if run.crashed else "store error" if run.erred else "plain"
+
+
+def _every(bound: Bound) -> Iterator[Played]:
+    """Every interleaving, a fault open among the choices (at most one; after it, the rest
+    played one way), in one pass of engine.every: each run is yielded as it comes (the pass
+    "with a crash" keeps only runs whose `died` is set, so it is set on each)."""
+    faults = bool(bound.crashes or bound.errors)
+    return engine.every(lambda given, _: play(bound, given, faults=faults)._replace(died=True),
+                        (True,))
 
 
 def _after(prefix: tuple[str, ...], letter: str) -> bool:
@@ -635,22 +482,23 @@ def _after(prefix: tuple[str, ...], letter: str) -> bool:
 
 
 def brute_force(bound: Bound) -> Counter[str]:
-    """The interleavings of `bound` counted by a plain recursion over the tree of every
-    choice, each prefix played afresh, its preemptions counted here from the tokens."""
+    """The interleavings of `bound` with no fault, counted by a plain recursion over the
+    tree of every choice, each prefix played afresh, its preemptions counted here from the
+    tokens."""
     counts: Counter[str] = Counter()
 
     def walk(prefix: tuple[str, ...], preempted: int) -> None:
-        at = play(bound, tokens=prefix, stop=len(prefix), bounded=False)
-        if not at.open:
+        at = play(bound, tokens=prefix, stop=len(prefix), bounded=False, faults=False)
+        if at.open is None:
             counts[_kind(at)] += 1
             return
-        for token in at.open:
-            runs = [t.lstrip("+")[0] for t in prefix if ">" not in t and "!" not in t]
-            dead = [t[0] for t in prefix if t.endswith("!")]
-            last = runs[-1] if runs and (not dead or _after(prefix, runs[-1])) else None
+        opened = at.open
+        runs = [t.lstrip("+")[0] for t in prefix if ">" not in t and "!" not in t]
+        last = runs[-1] if runs and _after(prefix, runs[-1]) else None
+        for token in opened:
             mover = token.lstrip("+")[0] if ">" not in token and "!" not in token else None
             switch = mover is not None and last is not None and mover != last and (
-                last in at.open or "+" + last in at.open)
+                last in opened or "+" + last in opened)
             if bound.preemptions is None or preempted + switch <= bound.preemptions:
                 walk((*prefix, token), preempted + switch)
 
@@ -661,7 +509,7 @@ def brute_force(bound: Bound) -> Counter[str]:
 
 def explore_workers(bound: Bound) -> dict[str, Any]:
     """Every interleaving of `bound`, up to the first failing; its table, and the failing
-    one played again whole in a new process (it must fail again, else explore.Different)."""
+    one played again whole in a new process (it must fail again, else core.Different)."""
     load(bound.spec)  # a usage error now, not in a worker
     counts: Counter[str] = Counter()
     runs: list[Counter[int]] = [Counter() for _ in range(bound.jobs)]
@@ -677,9 +525,9 @@ def explore_workers(bound: Bound) -> dict[str, Any]:
     shown: list[str] = []
     if failing is not None:
         with contextlib.ExitStack() as cleanup:
-            again = Fresh(replayed, (bound, failing.tokens), cleanup).result()
+            again = core.Fresh(replayed, (bound, failing.tokens), cleanup).result()
         if again.failed != failing.failed:
-            raise explore.Different(
+            raise core.Different(
                 f"the interleaving {' '.join(failing.tokens)} failed {failing.failed} in the "
                 f"search but {again.failed or 'passed'} played whole in a new process: an "
                 "answer rests on more than the files and the calls")
@@ -692,17 +540,17 @@ def replayed(bound: Bound, tokens: tuple[str, ...]) -> Played:
     """One interleaving played by its witness (in a new process: the worker imported
     afresh), each statement's stored changes noted."""
     with _installed():
-        return play(bound, tokens=tokens)
+        return play(bound, tokens=tokens, faults=True, bounded=False)
 
 
 def replay(bound: Bound, witness: str) -> tuple[str, bool]:
     """A printed witness played again alone, in a new process: its timeline and verdicts."""
     load(bound.spec)
     with contextlib.ExitStack() as cleanup:
-        again = Fresh(replayed, (bound, tuple(witness.split())), cleanup).result()
+        again = core.Fresh(replayed, (bound, tuple(witness.split())), cleanup).result()
     return "\n".join([
-        f"the interleaving {witness} of {bound.spec} ({bound.said()}), played again whole in "
-        "a new process", *again.lines,
+        (f"the interleaving {witness} of {bound.spec} ({bound.said()}), played again whole in "
+        "a new process"), *again.lines,
         *(f"  {verdict}: FAILED, {what}" for verdict, what in again.failed),
         *["  every verdict held"] * (not again.failed)]), not again.failed
 
@@ -711,9 +559,9 @@ def report(table: dict[str, Any], seconds: float) -> str:
     bound: Bound = table["bound"]
     counts = table["counts"]
     lines = [f"every interleaving of {bound.spec}: {bound.said()}",
-             f"  {counts.get('plain', 0):,} interleavings, {counts.get('crash', 0):,} crash "
+             (f"  {counts.get('plain', 0):,} interleavings, {counts.get('crash', 0):,} crash "
              f"schedules, {counts.get('store error', 0):,} with a store error"
-             f"{', up to the first failing' * bool(table['failed'])}; {seconds:.1f} s"]
+             f"{', up to the first failing' * bool(table['failed'])}; {seconds:.1f} s")]
     for j, runs in enumerate(table["runs"]):
         lines.append(f"  job-{j + 1}, its work run: " + ", ".join(
             f"{n} times in {count:,}" for n, count in runs.items()))
@@ -721,8 +569,8 @@ def report(table: dict[str, Any], seconds: float) -> str:
         what for v, what in table["failed"] if v == verdict) if any(
         v == verdict for v, _ in table["failed"]) else "held") for verdict in VERDICTS]
     if table["witness"]:
-        lines += ["the first interleaving failing, failing again played whole in a new "
-                  "process:", *table["witness"]]
+        lines += [("the first interleaving failing, failing again played whole in a new "
+                  "process:"), *table["witness"]]
     return "\n".join(lines)
 
 
