@@ -1,31 +1,13 @@
-"""--worker MODULE:NAME: the reader's worker, played as each of W workers over J jobs, at
-every SQL statement, clock read and call of the work, with a crash or a store error among them.
+"""--worker MODULE:NAME: the reader's worker, NAME(queue, me, clock, do, leases, jobs) as in
+recipes/worker.py, played as each of W workers over J jobs, interleaved at every SQL statement,
+clock read and call of the work, with a crash or a store error among them.
 
-NAME has the recipe's signature (recipes/worker.py):
-
-    work(queue, me, clock, do, leases, jobs)
-
-The explorer owns everything around the workers:
-- the clock: a tick from 0, moved on by the ttl at any point, at most `jumps` times;
-- the work: `do(job, heartbeat)` records the run, then calls heartbeat() once;
-- the queue: job j is offered first to worker j % W, and again, at any point, to a worker
-  waiting for its next job while the job is not done and no lease on it is live (each worker
-  at most once per job); once every worker waits, a job not done is offered once more, quiet:
-  the clock moved to its lease's expiry, nothing else happening, as the pool's coordinator does;
-- the leases file, and the jobs file: fence.TABLE, a row per job at epoch 0 "queued", every
-  stored change and every grant logged by trigger, so that the verdicts rest on what was
-  stored, never on what a worker says.
-
-Each worker is a thread whose connections stop before each statement; one runs at a time, and
-one holding a write lock runs alone to its COMMIT (no other connection sees its work before).
-A worker may die before any statement (its connections close with no COMMIT; a new worker,
-with a new name, takes its queue), or a statement that takes the write lock may fail with
-"database is locked".  The search is preemption bounding (CHESS): every interleaving with at
-most `preemptions` switches away from a worker that could have gone on; a switch at a worker's
-wait or end, a crash, a clock move and an offer are free.
-
-Verdicts, per job: lost update, done reverted, unfinished, exception, unfenced work, needless
-repeat (VERDICTS, explained in explorer/README.md); a call that never comes back is Hung.
+The explorer owns the clock (moved on by the ttl at most `jumps` times), the work (it records
+each run), the queue (a job offered again when not done and no lease on it is live; once every
+worker waits, once more, quiet), the leases file and the jobs file (every stored change and
+grant logged by trigger: the verdicts rest on what was stored, never on what a worker says).
+Each worker is an actor of engine.py.  The search is preemption bounding (CHESS), with the
+reductions explorer/README.md gives ("Your own worker"), where each verdict is explained.
 """
 
 import contextlib
@@ -54,8 +36,8 @@ from pool import HISTORY, judge
 
 from leases import LeaseAuthority
 
-__all__ = ["VERDICTS", "Bound", "Played", "brute_force", "explore_workers", "load", "play",
-           "replay", "report"]
+__all__ = ["VERDICTS", "Bound", "Played", "explore_workers", "installed", "load", "play",
+           "replay", "report", "searched"]
 
 VERDICTS = ("lost update", "done reverted", "unfinished", "exception", "unfenced work",
             "needless repeat")
@@ -445,7 +427,7 @@ _base: str | None = None  # where each interleaving's folder is made
 
 
 @contextlib.contextmanager
-def _installed(memory: bool = False) -> Iterator[None]:
+def installed(memory: bool = False) -> Iterator[None]:
     """Workers' statements stopped; with `memory`, the files in a folder in memory
     (/dev/shm) where there is one: a commit's sync to disk costs nothing there."""
     global _base
@@ -460,51 +442,17 @@ def _installed(memory: bool = False) -> Iterator[None]:
             _base = None
 
 
-def _kind(run: Played) -> str:
+def kind(run: Played) -> str:
     return "crash" if run.crashed else "store error" if run.erred else "plain"
 
 
-def _every(bound: Bound) -> Iterator[Played]:
+def searched(bound: Bound) -> Iterator[Played]:
     """Every interleaving, a fault open among the choices (at most one; after it, the rest
     played one way), in one pass of engine.every: each run is yielded as it comes (the pass
     "with a crash" keeps only runs whose `died` is set, so it is set on each)."""
     faults = bool(bound.crashes or bound.errors)
     return engine.every(lambda given, _: play(bound, given, faults=faults)._replace(died=True),
                         (True,))
-
-
-def _after(prefix: tuple[str, ...], letter: str) -> bool:
-    """Whether worker `letter` ran after its last death in `prefix` (or never died)."""
-    ran = [i for i, t in enumerate(prefix) if ">" not in t and "!" not in t and
-           t.lstrip("+")[0] == letter]
-    died = [i for i, t in enumerate(prefix) if t == letter + "!"]
-    return not died or ran[-1] > died[-1]
-
-
-def brute_force(bound: Bound) -> Counter[str]:
-    """The interleavings of `bound` with no fault, counted by a plain recursion over the
-    tree of every choice, each prefix played afresh, its preemptions counted here from the
-    tokens."""
-    counts: Counter[str] = Counter()
-
-    def walk(prefix: tuple[str, ...], preempted: int) -> None:
-        at = play(bound, tokens=prefix, stop=len(prefix), bounded=False, faults=False)
-        if at.open is None:
-            counts[_kind(at)] += 1
-            return
-        opened = at.open
-        runs = [t.lstrip("+")[0] for t in prefix if ">" not in t and "!" not in t]
-        last = runs[-1] if runs and _after(prefix, runs[-1]) else None
-        for token in opened:
-            mover = token.lstrip("+")[0] if ">" not in token and "!" not in token else None
-            switch = mover is not None and last is not None and mover != last and (
-                last in opened or "+" + last in opened)
-            if bound.preemptions is None or preempted + switch <= bound.preemptions:
-                walk((*prefix, token), preempted + switch)
-
-    with _installed(memory=True):
-        walk((), 0)
-    return counts
 
 
 def explore_workers(bound: Bound) -> dict[str, Any]:
@@ -514,9 +462,9 @@ def explore_workers(bound: Bound) -> dict[str, Any]:
     counts: Counter[str] = Counter()
     runs: list[Counter[int]] = [Counter() for _ in range(bound.jobs)]
     failing = None
-    with _installed(memory=True):
-        for run in _every(bound):
-            counts[_kind(run)] += 1
+    with installed(memory=True):
+        for run in searched(bound):
+            counts[kind(run)] += 1
             for j, n in enumerate(run.runs):
                 runs[j][n] += 1
             if run.failed:
@@ -539,7 +487,7 @@ def explore_workers(bound: Bound) -> dict[str, Any]:
 def replayed(bound: Bound, tokens: tuple[str, ...]) -> Played:
     """One interleaving played by its witness (in a new process: the worker imported
     afresh), each statement's stored changes noted."""
-    with _installed():
+    with installed():
         return play(bound, tokens=tokens, faults=True, bounded=False)
 
 
