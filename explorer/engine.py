@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol
 from core import Hung, Unsupported
 
 __all__ = ["LOCKED", "Actor", "Died", "Played", "Scheduler", "every", "gate", "gated",
-           "interleave", "ungated"]
+           "interleave"]
 
 # A statement that takes SQLite's write lock (or needs it, as a strict checkpoint does).
 _WRITES = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|REPLACE|CREATE|"
@@ -74,21 +74,6 @@ def interleave() -> None:
     actor = _actors.get(threading.get_ident())
     if actor is not None:
         actor.gated = True
-
-
-@contextlib.contextmanager
-def ungated() -> Iterator[None]:
-    """Within it the calling actor is not stopped: what a new process does before it is
-    interleaved (opening its objects, say)."""
-    actor = _actors.get(threading.get_ident())
-    was = actor is not None and actor.gated
-    if actor is not None:
-        actor.gated = False
-    try:
-        yield
-    finally:
-        if actor is not None:
-            actor.gated = was
 
 
 @contextlib.contextmanager

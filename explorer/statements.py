@@ -247,7 +247,7 @@ class _Holders(engine.Scheduler):
             if self.observer and held and step.action.value == "write":
                 self.before[h] = self.observer.stored(resource)
             told = self.start(h, self._call(h, step, held, resource),
-                              f"{step.action.value} at tick {step.tick}")
+                              f"{step.action.value} at tick {step.tick}", interleaved=False)
         elif kind == "run":
             if self.waiting[h] != ANSWER:
                 self.said.append(f"  {actor} {self.waiting[h]}")
@@ -259,19 +259,19 @@ class _Holders(engine.Scheduler):
 
     def _call(self, h: int, step: Any, held: Lease | None, resource: str) -> Any:
         """Holder h's call, as its actor plays it: the objects of its process opened first
-        (not interleaved), then the call, stopped before its answer is heard."""
+        (not interleaved), then the call, interleaved, stopped before its answer is heard."""
         actor = self.actors[h]
 
         def body() -> Run:
             if "objects" not in actor.kept:  # a new process opens the file
-                with engine.ungated():
-                    objects = calls.opened(self.path, (self.place,), self.bound.first_epoch)
+                objects = calls.opened(self.path, (self.place,), self.bound.first_epoch)
                 if len(actor.connections) < len(objects):
                     calls.closed(objects, (self.place,))
                     raise core.Unsupported(
                         f"{self.place.spec!r} opened no connection through sqlite3.connect as "
                         "it was made, so its statements cannot be stopped")
                 actor.kept["objects"] = objects
+            engine.interleave()
             kept, events = played(step, held, actor.kept["objects"], self.path, resource)
             left = any(c.in_transaction for c in actor.connections)
             engine.gate(ANSWER)  # it may die before its answer is heard
