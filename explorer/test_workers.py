@@ -15,6 +15,7 @@ import sys
 import tempfile
 import unittest
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import replace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,6 +68,13 @@ def brute_force(bound: Bound) -> Counter[str]:
     return counts
 
 
+def idle(queue: Iterable[str], me: str, clock: object, do: object, leases: str,
+         jobs: str) -> None:
+    """A worker that takes each job offered and leaves it: "unfinished" is for it."""
+    for _ in queue:
+        pass
+
+
 def explorer(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, os.path.join(HERE, "explore.py"), *args], text=True,
                           capture_output=True, timeout=120, check=False)
@@ -79,6 +87,11 @@ class WorkerTests(unittest.TestCase):
         self.assertEqual(found["counts"], {"plain": 390})
         self.assertEqual(sum(found["runs"][0].values()), 390)
         self.assertGreater(found["runs"][0].get(2, 0), 0)  # the gap: a second run, no failure
+        for faults, counted in (({"crashes": 1}, {"plain": 23, "crash": 142}),
+                                ({"errors": 1}, {"plain": 23, "store error": 118})):
+            with self.subTest(**faults):
+                found = workers.explore_workers(replace(RECIPE, preemptions=0, **faults))
+                self.assertEqual((found["failed"], found["counts"]), ((), counted))
 
     def test_each_breakage_fails_at_its_bound_and_its_witness_fails_again_played_afresh(
             self) -> None:
@@ -92,6 +105,12 @@ class WorkerTests(unittest.TestCase):
                 text, ok = workers.replay(bound, shlex.split(again.group(1))[0])
                 self.assertFalse(ok)
                 self.assertIn(f"  {verdict}: FAILED", text)
+
+    def test_a_worker_that_leaves_its_jobs_fails_unfinished_after_the_quiet_offer(self) -> None:
+        found = workers.explore_workers(Bound("test_workers:idle", crashes=0, jumps=0))
+        self.assertEqual(found["failed"], (("unfinished", "job-1"),))
+        self.assertIn("every worker waits: job-1 is offered to A, quiet", "\n".join(
+            found["witness"]))
 
     def test_breakages_a_rule_of_the_recipe_covers_pass_at_the_same_bound(self) -> None:
         # NoSecondLook: a stored "done" is final, so the grant's write of "running" is answered
