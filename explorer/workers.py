@@ -208,7 +208,7 @@ class _World(engine.Scheduler):
                 return exc
             return None
 
-        self._after(w, *self.start(w, body, f"worker {name}", interleaved=False))
+        self._after(w, *self.start(w, body, f"work ({name})", interleaved=False))
 
     def _after(self, w: int, kind: str, what: Any) -> None:
         """Worker w told `kind`: an exception it raised is a verdict; once it died or
@@ -303,8 +303,9 @@ class _World(engine.Scheduler):
             self._after(w, *self.go(w, self.names[rest[0]]))
             return
         name, at = self.actors[w].name, self.waiting[w] or ""
+        job = at[len(WORK):]
         said = "reads the clock" if at == CLOCK else _short(at) if not at.startswith(WORK) \
-            else f"works on {at[len(WORK):]} (run {1 + sum(r[0] == at[len(WORK):] for r in self.runs)})"
+            else f"works on {job} (run {1 + sum(r[0] == job for r in self.runs)})"
         if kind == "die":
             self.crashed = True
             self.say(f"{name} dies before {said}")
