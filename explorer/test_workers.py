@@ -87,10 +87,11 @@ class WorkerTests(unittest.TestCase):
         self.assertEqual(found["counts"], {"plain": 390})
         self.assertEqual(sum(found["runs"][0].values()), 390)
         self.assertGreater(found["runs"][0].get(2, 0), 0)  # the gap: a second run, no failure
-        for faults, counted in (({"crashes": 1}, {"plain": 23, "crash": 142}),
-                                ({"errors": 1}, {"plain": 23, "store error": 118})):
-            with self.subTest(**faults):
-                found = workers.explore_workers(replace(RECIPE, preemptions=0, **faults))
+        for crashes, errors, counted in ((1, 0, {"plain": 23, "crash": 142}),
+                                         (0, 1, {"plain": 23, "store error": 118})):
+            with self.subTest(crashes=crashes, errors=errors):
+                found = workers.explore_workers(replace(RECIPE, preemptions=0, crashes=crashes,
+                                                        errors=errors))
                 self.assertEqual((found["failed"], found["counts"]), ((), counted))
 
     def test_each_breakage_fails_at_its_bound_and_its_witness_fails_again_played_afresh(
