@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import statements
 import steps
+import workers
 from calls import places
 from core import Bound, Different, Hung, Raised, Unsupported, command
 
@@ -90,6 +91,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="step mode: passing schedules played again from a fresh start "
                         "(default 8)")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    worker = parser.add_argument_group(
+        "your worker", "--worker MODULE:NAME plays NAME(queue, me, clock, do, leases, jobs) "
+        "as each worker (see explorer/README.md, 'Your own worker'); --ttl defaults to the "
+        "module's TTL, --timeout and --replay as above")
+    worker.add_argument("--worker", metavar="MODULE:NAME",
+                        help="explore your worker, with the recipe's signature")
+    for name, most, default, said in (
+            ("workers", 8, 2, "workers"), ("jobs", 8, 1, "jobs"),
+            ("preemptions", 9, 2, "switches away from a worker that could go on"),
+            ("jumps", 2, 1, "moves of the clock by the ttl"),
+            ("crashes", 1, 1, "a worker dies before a statement"),
+            ("errors", 1, 0, "a statement fails 'database is locked'")):
+        worker.add_argument(f"--{name}", type=int, choices=range(most + 1), metavar="N",
+                            help=f"{said}: 0 to {most}, at most (default {default})")
     args = parser.parse_args(argv)
     ended = {number: signal.signal(number, _interrupted) for number in _ENDING}
     try:
@@ -122,6 +137,8 @@ def _interrupted(number: int, frame: object) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.worker is not None:
+        return _worker(args)
     base = statements.BOUND if args.statements else Bound()
     given = {"holders": args.holders, "last_tick": args.last_tick, "ttl": args.ttl,
              "resources": args.resources, "first_epoch": args.first_epoch,
@@ -148,6 +165,29 @@ def _main(args: argparse.Namespace) -> int:
         text, ok = "\n".join([f"hang: {hung.said}", *hung.lines, *[
             "  again: " + command(bound, receivers, mode, witness)] * bool(witness)]), False
     except (Different, Raised) as exc:  # the code under test's failure, not the explorer's
+        print(f"explore: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # the reader closed stdout (`| head`): the verdict stands
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """--worker: every interleaving of the reader's worker at the bound, or a witness."""
+    bound = workers.bound_from(args)
+    started = time.monotonic()
+    try:
+        if args.replay is not None:
+            text, ok = workers.replay(bound, args.replay)
+        else:
+            found = workers.explore_workers(bound)
+            text, ok = workers.report(found, time.monotonic() - started), not found["failed"]
+    except Hung as hung:  # a finding: where, and how to play it again
+        text, ok = "\n".join([f"hang: {hung.said}", *hung.lines, *[
+            "  again: " + bound.command(hung.witness)] * bool(hung.witness)]), False
+    except Different as exc:  # the explorer's own failure, named
         print(f"explore: {exc}", file=sys.stderr)
         return EXIT_FAILED
     try:

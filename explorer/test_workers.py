@@ -1,0 +1,154 @@
+"""Tests of --worker: README's recipe passes, each breakage of it fails at the bound the page
+gives (its witness failing again from a fresh start) or passes where a rule of the recipe
+covers it, the search's counts equal an independent brute force's, and misuse is one line.
+
+Run from the repository's root: `python3 explorer/test_workers.py`.  The root's
+`python3 -m unittest discover` does not find these (explorer/ is no package).
+"""
+
+import contextlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import unittest
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import replace
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import workers
+from workers import Bound
+
+# No test is about durability: the files of the replays (and of the explorers started) in
+# memory where the machine has a folder there.
+if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+    tempfile.tempdir = os.environ["TMPDIR"] = "/dev/shm"
+
+RECIPE = Bound("worker:work", crashes=0)  # the default, less its crashes: CI runs the default
+# Each breakage, the bound the page gives for it, and the verdict that catches it.
+BROKEN = {
+    "DoneNotFinal": (RECIPE, "done reverted"),
+    "BlindWrite": (RECIPE, "lost update"),
+    "ReleaseBeforeDone": (RECIPE, "needless repeat"),
+    "StaleIgnored": (RECIPE, "unfenced work"),
+    "StoreErrorUnhandled": (replace(RECIPE, errors=1, preemptions=0), "exception"),
+}
+COVERED = ("NoSecondLook", "PlainBegin")  # a rule of the recipe covers each: README says which
+
+
+def brute_force(bound: Bound) -> Counter[str]:
+    """The interleavings of `bound` with no fault, counted by a plain recursion over the tree
+    of every choice, each prefix played afresh, its preemptions counted here from the tokens
+    (a switch away from the worker that ran last, while it could go on)."""
+    counts: Counter[str] = Counter()
+
+    def mover(token: str) -> str | None:  # the worker a choice runs: not an offer, not a kill
+        return None if ">" in token or token.endswith("!") else token.lstrip("+")[0]
+
+    def walk(prefix: tuple[str, ...], preempted: int) -> None:
+        at = workers.play(bound, tokens=prefix, stop=len(prefix), bounded=False, faults=False)
+        if at.open is None:
+            counts[workers.kind(at)] += 1
+            return
+        ran = [m for m in map(mover, prefix) if m is not None]
+        last = ran[-1] if ran else None
+        for token in at.open:
+            switch = mover(token) not in (None, last) and last is not None and any(
+                mover(other) == last for other in at.open)
+            if bound.preemptions is None or preempted + switch <= bound.preemptions:
+                walk((*prefix, token), preempted + switch)
+
+    with workers.installed(memory=True):
+        walk((), 0)
+    return counts
+
+
+def idle(queue: Iterable[str], me: str, clock: object, do: object, leases: str,
+         jobs: str) -> None:
+    """A worker that takes each job offered and leaves it: "unfinished" is for it."""
+    for _ in queue:
+        pass
+
+
+def explorer(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, os.path.join(HERE, "explore.py"), *args], text=True,
+                          capture_output=True, timeout=120, check=False)
+
+
+class WorkerTests(unittest.TestCase):
+    def test_readmes_recipe_passes_and_the_table_counts_its_work_runs(self) -> None:
+        found = workers.explore_workers(RECIPE)
+        self.assertEqual(found["failed"], ())
+        self.assertEqual(found["counts"], {"plain": 390})
+        self.assertEqual(sum(found["runs"][0].values()), 390)
+        self.assertGreater(found["runs"][0].get(2, 0), 0)  # the gap: a second run, no failure
+        for crashes, errors, counted in ((1, 0, {"plain": 23, "crash": 142}),
+                                         (0, 1, {"plain": 23, "store error": 118})):
+            with self.subTest(crashes=crashes, errors=errors):
+                found = workers.explore_workers(replace(RECIPE, preemptions=0, crashes=crashes,
+                                                        errors=errors))
+                self.assertEqual((found["failed"], found["counts"]), ((), counted))
+
+    def test_each_breakage_fails_at_its_bound_and_its_witness_fails_again_played_afresh(
+            self) -> None:
+        for name, (bound, verdict) in BROKEN.items():
+            with self.subTest(breakage=name):
+                bound = replace(bound, spec=f"broken_workers:{name}")
+                found = workers.explore_workers(bound)
+                self.assertIn(verdict, [v for v, _ in found["failed"]])
+                again = re.search(r"--replay (.+)$", found["witness"][-1])
+                assert again is not None
+                text, ok = workers.replay(bound, shlex.split(again.group(1))[0])
+                self.assertFalse(ok)
+                self.assertIn(f"  {verdict}: FAILED", text)
+
+    def test_a_worker_that_leaves_its_jobs_fails_unfinished_after_the_quiet_offer(self) -> None:
+        found = workers.explore_workers(Bound("test_workers:idle", crashes=0, jumps=0))
+        self.assertEqual(found["failed"], (("unfinished", "job-1"),))
+        self.assertIn("every worker waits: job-1 is offered to A, quiet", "\n".join(
+            found["witness"]))
+
+    def test_breakages_a_rule_of_the_recipe_covers_pass_at_the_same_bound(self) -> None:
+        # NoSecondLook: a stored "done" is final, so the grant's write of "running" is answered
+        # "done" and the work is not run.  PlainBegin: the fence's first statement is its
+        # conditional write, so a deferred BEGIN takes the write lock before reading anything.
+        for name in COVERED:
+            with self.subTest(breakage=name):
+                found = workers.explore_workers(replace(RECIPE, spec=f"broken_workers:{name}"))
+                self.assertEqual(found["failed"], ())
+
+    def test_the_search_counts_every_interleaving_a_plain_recursion_counts(self) -> None:
+        bound = Bound("worker:work", preemptions=None, jumps=0, crashes=0)
+        with workers.installed(memory=True):
+            searched = sum(1 for _ in workers.searched(bound))
+        self.assertEqual((searched, brute_force(bound)), (73, {"plain": 73}))
+        bounded = replace(bound, preemptions=1)
+        with workers.installed(memory=True):
+            searched = sum(1 for _ in workers.searched(bounded))
+        self.assertEqual((searched, brute_force(bounded)), (19, {"plain": 19}))
+
+    def test_misuse_is_one_line_and_exit_2(self) -> None:
+        for spec in ("worker", "nowhere:work", "worker:nothing", "worker:look"):
+            with self.subTest(spec=spec):
+                done = explorer("--worker", spec)
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertRegex(done.stderr, r"^explore: [^\n]+\n$")
+
+    def test_the_command_line_shows_a_witness_that_replays_to_the_same_failure(self) -> None:
+        done = explorer("--worker", "broken_workers:BlindWrite", "--crashes", "0")
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("lost update: FAILED, job-1", done.stdout)
+        again = shlex.split(done.stdout.splitlines()[-1].split("again: ", 1)[1])
+        replayed = explorer(*again[2:])
+        self.assertEqual(replayed.returncode, 1, replayed.stderr)
+        self.assertIn("lost update: FAILED, job-1", replayed.stdout)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        unittest.main()
