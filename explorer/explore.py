@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 import statements
 import steps
-import workers
 from calls import places
 from core import Bound, Different, Hung, Raised, Unsupported, command
 
@@ -176,6 +175,7 @@ def _main(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     """--worker: every interleaving of the reader's worker at the bound, or a witness."""
+    import workers  # here, not above: it needs recipes/, which the other modes do not
     bound = workers.bound_from(args)
     started = time.monotonic()
     try:
