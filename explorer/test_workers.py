@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,10 +25,21 @@ sys.path.insert(0, HERE)
 import workers
 from workers import Bound
 
-# No test is about durability: the files of the replays (and of the explorers started) in
-# memory where the machine has a folder there.
+# SQLite's syncs to disk were most of these tests' time; no test is about durability, so their
+# files (and those of the explorers they start) go in memory where the machine has a folder
+# there, one of this run's own: tearDownModule fails the run if a test left anything in it.
+MEMORY = None
 if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-    tempfile.tempdir = os.environ["TMPDIR"] = "/dev/shm"
+    MEMORY = tempfile.mkdtemp(prefix="explorer-tests-", dir="/dev/shm")
+    tempfile.tempdir = os.environ["TMPDIR"] = MEMORY
+
+
+def tearDownModule() -> None:
+    if MEMORY is not None:
+        left = os.listdir(MEMORY)
+        shutil.rmtree(MEMORY)
+        if left:
+            raise AssertionError(f"left behind in the temporary folder: {left}")
 
 RECIPE = Bound("worker:work", crashes=0)  # the default, less its crashes: CI runs the default
 # Each breakage, the bound the page gives for it, and the verdict that catches it.
