@@ -40,7 +40,8 @@ def fenced_write(connection: sqlite3.Connection, write: dict[str, object],
 
 
 class ReadmeFence:
-    """README's fence, wrapped as the explorer asks: its table in the given file."""
+    """An epoch-only fence (README's, before recipes/fence.py added the sequence), wrapped as
+    the explorer asks: its table in the given file."""
 
     def __init__(self, path: str) -> None:
         self.connection = sqlite3.connect(path, isolation_level=None, timeout=10)
