@@ -47,11 +47,16 @@ from run_experiment import Answer
 
 # SQLite's syncs to disk were most of these tests' time; no test is about durability, so their
 # files (and those of the explorers they start) go in memory where the machine has a folder
-# there, one of this run's own: tearDownModule fails the run if a test left anything in it.
-MEMORY = None
-if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-    MEMORY = tempfile.mkdtemp(prefix="explorer-tests-", dir="/dev/shm")
-    tempfile.tempdir = os.environ["TMPDIR"] = MEMORY
+# there, one of this run's own (made as the run starts, not in the processes it spawns,
+# which import this module too): tearDownModule fails the run if a test left anything in it.
+MEMORY: str | None = None
+
+
+def in_memory() -> None:
+    global MEMORY
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        MEMORY = tempfile.mkdtemp(prefix="explorer-tests-", dir="/dev/shm")
+        tempfile.tempdir = os.environ["TMPDIR"] = MEMORY
 
 
 def tearDownModule() -> None:
@@ -1070,5 +1075,6 @@ def layout_faults(folder: str) -> list[str]:
 
 
 if __name__ == "__main__":
+    in_memory()
     sqlite3.enable_callback_tracebacks(False)
     unittest.main()

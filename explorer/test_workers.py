@@ -27,11 +27,16 @@ from workers import Bound
 
 # SQLite's syncs to disk were most of these tests' time; no test is about durability, so their
 # files (and those of the explorers they start) go in memory where the machine has a folder
-# there, one of this run's own: tearDownModule fails the run if a test left anything in it.
-MEMORY = None
-if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-    MEMORY = tempfile.mkdtemp(prefix="explorer-tests-", dir="/dev/shm")
-    tempfile.tempdir = os.environ["TMPDIR"] = MEMORY
+# there, one of this run's own (made as the run starts, not in the processes it spawns,
+# which import this module too): tearDownModule fails the run if a test left anything in it.
+MEMORY: str | None = None
+
+
+def in_memory() -> None:
+    global MEMORY
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        MEMORY = tempfile.mkdtemp(prefix="explorer-tests-", dir="/dev/shm")
+        tempfile.tempdir = os.environ["TMPDIR"] = MEMORY
 
 
 def tearDownModule() -> None:
@@ -159,5 +164,6 @@ class WorkerTests(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    in_memory()
     with contextlib.suppress(KeyboardInterrupt):
         unittest.main()
