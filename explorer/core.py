@@ -38,7 +38,7 @@ __all__ = [
     "CHECKS", "CLASSES", "HOLDERS", "KEYS", "RESOURCES", "RETRY", "UNREAD", "Bound", "Caller",
     "Different", "Fresh", "Hung", "Move", "Raised", "Record", "Run", "Schedule", "Unsupported",
     "as_event", "as_json", "command", "compared", "expected", "guarded", "judged", "lease_fields",
-    "lease_of", "recorded", "shown_pair",
+    "lease_of", "recorded", "script", "shown_pair",
 ]
 
 RETRY = "retry"  # a program's word beside run_experiment's actions: the last write again
@@ -487,9 +487,17 @@ def shown_pair(pair: Any) -> str:
     return "nothing" if pair is None else f"({pair[0]}, {pair[1]!r})"
 
 
+def script() -> str:
+    """explore.py as the current folder reaches it: the start of a command that plays a
+    witness again, wherever the reader ran the explorer from."""
+    path = os.path.join(HERE, "explore.py")
+    near = os.path.relpath(path)
+    return path if near.startswith(os.pardir) else near
+
+
 def command(bound: Bound, receivers: Sequence[Any], mode: str, witness: str) -> str:
     """The command line that plays `witness` again alone, in a fresh process."""
-    words = ["python3", "explorer/explore.py", *["--statements"] * (mode == "statements"),
+    words = ["python3", script(), *["--statements"] * (mode == "statements"),
              "--holders", str(bound.holders), "--program", *bound.program,
              "--last-tick", str(bound.last_tick), "--ttl", str(bound.ttl)]
     words += ["--resources", str(bound.resources)] * (bound.resources != 1)

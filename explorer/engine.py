@@ -30,7 +30,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, Protocol
 
-from core import Hung, Unsupported
+from core import Different, Hung, Unsupported
 
 __all__ = ["LOCKED", "Actor", "Died", "Played", "Scheduler", "every", "gate", "gated",
            "interleave"]
@@ -289,6 +289,11 @@ class Scheduler:
                 index = named.index(tokens[len(taken)])
             else:
                 index = given[len(taken)] if len(taken) < len(given) else 0
+                if index >= len(choices):  # the search saw more open here, played before
+                    raise Different(f"the choice {len(taken) + 1} after "
+                                    f"{' '.join(self.tokens) or 'the start'!r} had "
+                                    f"{len(choices)} open, fewer than when played before: an "
+                                    "answer rests on more than the files and the calls")
             taken.append(index)
             self.tokens.append(named[index])
             options.append(1 if self.died and len(taken) > len(given) else len(choices))

@@ -1,10 +1,14 @@
 """The explorer's command line: every schedule of a small bound on the real library, or
 (--statements) every interleaving of the holders' calls at each SQL statement, counted and
-checked; a witness played again with --replay.  See explorer/README.md.
+checked; or (--worker) every interleaving of the reader's worker; a witness played again
+with --replay.  See explorer/README.md.
 
     python3 explorer/explore.py [--statements] [--holders N] [--program WORD ...]
         [--last-tick T] [--ttl N] [--resources N] [--first-epoch N] [--timeout S]
         [--receiver MODULE:NAME] [--sample N] [--replay WITNESS]
+    python3 explorer/explore.py --worker MODULE:NAME [--workers N] [--jobs N] [--ttl N]
+        [--preemptions N] [--jumps N] [--crashes N] [--errors N] [--timeout S]
+        [--replay WITNESS]
 """
 
 import argparse
@@ -15,6 +19,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 import statements
 import steps
@@ -51,9 +56,20 @@ examples:
   python3 explorer/explore.py --statements --program acquire release --last-tick 1"""
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, as every other usage error
+        self.exit(EXIT_USAGE, f"explore: {message} (see --help)\n")
+
+
+# Options of the step and statement modes, and of --worker alone: each refused in the other.
+_NOT_WORKERS = ("statements", "holders", "program", "last_tick", "resources", "first_epoch",
+                "receiver", "sample", "seed")
+_WORKERS = ("workers", "jobs", "preemptions", "jumps", "crashes", "errors")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; its exit code."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="explorer/explore.py", epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Play every schedule of a small bound on the real library and count what\n"
@@ -86,14 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replay", metavar="WITNESS",
                         help="play a witness again alone, in a fresh process, as printed after "
                         "'--replay' (with the same bound, mode and --receiver)")
-    parser.add_argument("--sample", type=int, default=8, metavar="N",
+    parser.add_argument("--sample", type=int, choices=range(10**6), metavar="N",
                         help="step mode: passing schedules played again from a fresh start "
                         "(default 8)")
-    parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    parser.add_argument("--seed", type=int, help="the sample's seed (default 0)")
     worker = parser.add_argument_group(
-        "your worker", "--worker MODULE:NAME plays NAME(queue, me, clock, do, leases, jobs) "
-        "as each worker (see explorer/README.md, 'Your own worker'); --ttl defaults to the "
-        "module's TTL, --timeout and --replay as above")
+        "your worker", "--worker MODULE:NAME plays NAME(queue, me, clock, do, leases, jobs)\n"
+        "as each worker (see explorer/README.md, 'Your own worker'); --ttl defaults to\n"
+        "the module's TTL, --timeout and --replay as above")
     worker.add_argument("--worker", metavar="MODULE:NAME",
                         help="explore your worker, with the recipe's signature")
     for name, most, default, said in (
@@ -102,9 +118,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("jumps", 2, 1, "moves of the clock by the ttl"),
             ("crashes", 1, 1, "a worker dies before a statement"),
             ("errors", 1, 0, "a statement fails 'database is locked'")):
-        worker.add_argument(f"--{name}", type=int, choices=range(most + 1), metavar="N",
-                            help=f"{said}: 0 to {most}, at most (default {default})")
+        least = int(name in ("workers", "jobs"))
+        worker.add_argument(f"--{name}", type=int, choices=range(least, most + 1), metavar="N",
+                            help=f"{said}: {least} to {most}{', at most' * (not least)} "
+                            f"(default {default})")
     args = parser.parse_args(argv)
+    refused = _refused(args)
+    if refused is not None:
+        print(f"explore: {refused}", file=sys.stderr)
+        return EXIT_USAGE
     ended = {number: signal.signal(number, _interrupted) for number in _ENDING}
     try:
         return _main(args)
@@ -118,6 +140,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for number, handler in ended.items():
             signal.signal(number, handler)
+
+
+def _refused(args: argparse.Namespace) -> str | None:
+    """What is wrong with options each fine alone, if anything."""
+    for name in _NOT_WORKERS if args.worker is not None else _WORKERS:
+        option = "--" + name.replace("_", "-")
+        if getattr(args, name) not in (None, False):
+            return (f"--worker takes no {option}" if args.worker is not None else
+                    f"{option} is for --worker alone")
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):
+        return f"--timeout wants a number of seconds above 0, got {args.timeout:g}"
+    if args.replay is not None and not args.replay.split() and args.worker is None:
+        # (--worker's witness of a worker that raised before any choice is '', and replays)
+        return "--replay wants a witness, as printed after '--replay', got nothing"
+    return None
 
 
 # SIGTERM and SIGHUP end a run as Ctrl-C does: children stopped, folders removed, and the
@@ -156,7 +193,8 @@ def _main(args: argparse.Namespace) -> int:
             found = statements.explore_statements(bound, receivers[0])
             text, ok = statements.report(found, time.monotonic() - started), found["ok"]
         else:
-            result = steps.explore_steps(bound, receivers, sample=args.sample, seed=args.seed)
+            result = steps.explore_steps(bound, receivers, sample=_given(args.sample, 8),
+                                        seed=_given(args.seed, 0))
             text = steps.report(result, time.monotonic() - started)
             ok = not any(result["violations"].values())
     except Hung as hung:  # a finding: the call, and how to play it again
@@ -173,6 +211,13 @@ def _main(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
+_SHOWN = 30  # the lines of a hang's timeline shown, at most
+
+
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 def _worker(args: argparse.Namespace) -> int:
     """--worker: every interleaving of the reader's worker at the bound, or a witness."""
     import workers  # here, not above: it needs recipes/, which the other modes do not
@@ -185,8 +230,11 @@ def _worker(args: argparse.Namespace) -> int:
             found = workers.explore_workers(bound)
             text, ok = workers.report(found, time.monotonic() - started), not found["failed"]
     except Hung as hung:  # a finding: where, and how to play it again
-        text, ok = "\n".join([f"hang: {hung.said}", *hung.lines, *[
-            "  again: " + bound.command(hung.witness)] * bool(hung.witness)]), False
+        lines = list(hung.lines)
+        if len(lines) > _SHOWN + 10:  # a loop: its last turns say enough (the witness is whole)
+            lines[:-_SHOWN] = [f"  ... {len(lines) - _SHOWN} lines before"]
+        text, ok = "\n".join([f"hang: {hung.said}", *lines,
+                              "  again: " + bound.command(hung.witness)]), False
     except Different as exc:  # the explorer's own failure, named
         print(f"explore: {exc}", file=sys.stderr)
         return EXIT_FAILED

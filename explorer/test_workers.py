@@ -14,14 +14,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(HERE)
+sys.path[:0] = [HERE, ROOT, os.path.join(ROOT, "recipes")]  # the explorer, leases.py, worker.py
 
+import worker
 import workers
 from workers import Bound
 
@@ -92,9 +95,47 @@ def idle(queue: Iterable[str], me: str, clock: object, do: object, leases: str,
         pass
 
 
-def explorer(*args: str) -> subprocess.CompletedProcess[str]:
+def raises(queue: Iterable[str], me: str, clock: object, do: object, leases: str,
+           jobs: str) -> None:
+    """A worker that raises before it looks at its queue: it is gone, and not replaced."""
+    raise RuntimeError(f"{me} cannot start")
+
+
+def gives_up(queue: Iterable[str], me: str, clock: Callable[[], int], do: object,
+             leases: str, jobs: str) -> None:
+    """A worker that reads the clock for its first job, then raises."""
+    for job in queue:
+        clock()
+        raise RuntimeError(f"{me} gives up on {job}")
+
+
+def stuck(queue: Iterable[str], me: str, clock: object, do: object, leases: str,
+          jobs: str) -> None:
+    """A worker whose first job never ends."""
+    for _ in queue:
+        threading.Event().wait()
+
+
+_started = [0]  # how many workers this process started: what `forgetful` rests on
+
+
+def forgetful(queue: Iterable[str], me: str, clock: Callable[[], int], do: worker.Work,
+              leases: str, jobs: str) -> None:
+    """The recipe's worker, reading the clock once more in every third worker started in
+    the process: its answers rest on more than the files and the calls."""
+    _started[0] += 1
+    extra = _started[0] % 3 == 0
+
+    def read() -> int:
+        if extra:
+            clock()
+        return clock()
+    worker.work(queue, me, read, do, leases, jobs)
+
+
+def explorer(*args: str, folder: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, os.path.join(HERE, "explore.py"), *args], text=True,
-                          capture_output=True, timeout=120, check=False)
+                          capture_output=True, timeout=120, check=False, cwd=folder)
 
 
 class WorkerTests(unittest.TestCase):
@@ -147,11 +188,48 @@ class WorkerTests(unittest.TestCase):
         self.assertEqual((searched, brute_force(bounded)), (19, {"plain": 19}))
 
     def test_misuse_is_one_line_and_exit_2(self) -> None:
-        for spec in ("worker", "nowhere:work", "worker:nothing", "worker:look"):
-            with self.subTest(spec=spec):
-                done = explorer("--worker", spec)
+        for args in (["--worker", "worker"], ["--worker", "nowhere:work"],
+                     ["--worker", "worker:nothing"], ["--worker", "worker:look"],
+                     ["--worker", "worker:work", "--workers", "0"],
+                     ["--worker", "worker:work", "--jobs", "0"],
+                     ["--worker", "worker:work", "--timeout", "0"],
+                     ["--worker", "worker:work", "--holders", "2"],
+                     ["--worker", "worker:work", "--statements"],
+                     ["--worker", "worker:work", "--replay", "B? job-9>Z"],
+                     ["--jobs", "2"], ["--statements", "--replay", " "], ["--no-such"]):
+            with self.subTest(args=args):
+                done = explorer(*args)
                 self.assertEqual(done.returncode, 2, done.stderr)
                 self.assertRegex(done.stderr, r"^explore: [^\n]+\n$")
+
+    def test_a_worker_that_raises_is_a_verdict_and_is_not_replaced(self) -> None:
+        for name, witness in (("raises", ""), ("gives_up", "A job-1>B B")):
+            with self.subTest(worker=name):
+                found = workers.explore_workers(Bound(f"test_workers:{name}"))
+                self.assertEqual(found["failed"], (("exception", "A"), ("exception", "B")))
+                self.assertTrue(found["witness"][-1].endswith(
+                    f"--replay {shlex.quote(witness)}"), found["witness"])
+                self.assertFalse(workers.replay(Bound(f"test_workers:{name}"), witness)[1])
+
+    def test_a_worker_whose_answers_rest_on_more_than_its_files_is_one_line_and_exit_1(
+            self) -> None:
+        done = explorer("--worker", "test_workers:forgetful")
+        self.assertEqual((done.returncode, done.stdout), (1, ""), done.stderr)
+        self.assertRegex(done.stderr, r"^explore: [^\n]+ an answer rests on more than the "
+                         r"files and the calls\n$")
+
+    def test_a_hang_names_the_worker_and_its_step_and_replays_from_any_folder(self) -> None:
+        folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, folder)
+        done = explorer("--worker", "test_workers:stuck", "--timeout", "0.5", folder=folder)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertEqual(done.stdout.splitlines()[0],
+                         "hang: A's start on job-1 gave no answer within 0.5 s")
+        again = shlex.split(done.stdout.splitlines()[-1].split("again: ", 1)[1])
+        self.assertEqual(again[1], os.path.join(HERE, "explore.py"))  # as reached from there
+        replayed = subprocess.run([sys.executable, *again[1:]], text=True, capture_output=True,
+                                  timeout=120, check=False, cwd=folder)
+        self.assertEqual(replayed.stdout.splitlines()[0], done.stdout.splitlines()[0])
 
     def test_the_command_line_shows_a_witness_that_replays_to_the_same_failure(self) -> None:
         done = explorer("--worker", "broken_workers:BlindWrite", "--crashes", "0")

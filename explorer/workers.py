@@ -76,10 +76,11 @@ class Bound:
                 f"{self.errors} store error")
 
     def command(self, witness: str) -> str:
-        words = ["python3", "explorer/explore.py", "--worker", self.spec]
-        for name in ("workers", "jobs", "preemptions", "jumps", "crashes", "errors", "ttl"):
+        words = ["python3", core.script(), "--worker", self.spec]
+        for name in ("workers", "jobs", "preemptions", "jumps", "crashes", "errors", "ttl",
+                     "timeout"):
             if getattr(self, name) != getattr(Bound, name) and getattr(self, name) is not None:
-                words += [f"--{name}", str(getattr(self, name))]
+                words += [f"--{name}", f"{getattr(self, name):g}"]
         return shlex.join([*words, "--replay", witness])
 
 
@@ -171,6 +172,8 @@ class _World(engine.Scheduler):
         self.pending = [[job for j, job in enumerate(self.names) if j % bound.workers == w]
                         for w in range(bound.workers)]
         self.offered = [{j % bound.workers} for j in range(bound.jobs)]
+        for w, queued in enumerate(self.pending):
+            self.said += [f"  tick  0  {job} is queued for {_LETTERS[w]}" for job in queued]
         self.quiet: list[str] = []
         self.last: int | None = None
         self.preempted = self.jumped = 0
@@ -199,6 +202,7 @@ class _World(engine.Scheduler):
                 job = self.pending[w].pop(0) if self.pending[w] else gate(NEXT)
                 if job is None:
                     return
+                self.actors[w].doing = f"start on {job}"
                 yield job
 
         def body() -> BaseException | None:
@@ -208,16 +212,17 @@ class _World(engine.Scheduler):
                 return exc
             return None
 
-        self._after(w, *self.start(w, body, f"work ({name})", interleaved=False))
+        self.actors[w].name = name
+        self._after(w, *self.start(w, body, "opening", interleaved=False))
 
     def _after(self, w: int, kind: str, what: Any) -> None:
-        """Worker w told `kind`: an exception it raised is a verdict; once it died or
-        raised, a new worker, with a new name, takes its queue."""
+        """Worker w told `kind`: an exception it raised is a verdict, and the worker is gone
+        (another that raised as it began would raise again, for ever); once it died, a new
+        worker, with a new name, takes its queue."""
         if kind == "ended" and what is not None:
             self.exceptions.append((self.actors[w].name, what))
-            self.said.append(f"  tick {self.tick:>2}  worker {_LETTERS[w]} raised "
-                             f"{type(what).__name__}: {what}")
-        if kind == "died" or (kind == "ended" and what is not None):
+            self.say(f"{self.actors[w].name} raised {type(what).__name__}: {what}")
+        if kind == "died":
             self.last = None if self.last == w else self.last
             self.born[w] += 1
             name = f"{_LETTERS[w]}{self.born[w]}"
@@ -303,12 +308,16 @@ class _World(engine.Scheduler):
             self._after(w, *self.go(w, self.names[rest[0]]))
             return
         name, at = self.actors[w].name, self.waiting[w] or ""
-        job = at[len(WORK):]
-        said = "reads the clock" if at == CLOCK else _short(at) if not at.startswith(WORK) \
-            else f"works on {job} (run {1 + sum(r[0] == job for r in self.runs)})"
+        job, run = at[len(WORK):], 1 + sum(r[0] == at[len(WORK):] for r in self.runs)
+        # What the step is, as a hang names it ("A's clock read gave no answer"), and as the
+        # timeline shows it.
+        step, said = ("clock read", "reads the clock") if at == CLOCK else (
+            f"work on {job} (run {run})", f"works on {job} (run {run})") if at.startswith(
+            WORK) else (f"statement {_short(at)!r}", _short(at))
+        self.actors[w].doing = step
         if kind == "die":
             self.crashed = True
-            self.say(f"{name} dies before {said}")
+            self.say(f"{name} dies before its {step}")
             self._after(w, *self.kill(w))
             return
         if self.last is not None and self.last != w and self.waiting[self.last] not in (
@@ -332,15 +341,15 @@ class _World(engine.Scheduler):
         for j, job in enumerate(self.names):
             done = self.db.execute("SELECT value = 'done' FROM fenced WHERE resource = ?",
                                    (job,)).fetchone()[0]
-            if done or job in self.quiet:
+            w = next((w for w in sorted(range(self.bound.workers), key=lambda w: w != j %
+                                        self.bound.workers) if self.waiting[w] == NEXT), None)
+            if done or job in self.quiet or w is None:  # None: every worker raised, gone
                 continue
             self.quiet.append(job)
             expiry = self.grants.execute("SELECT MAX(expires_at) FROM leases WHERE resource = ?"
                                          " AND holder IS NOT NULL", (job,)).fetchone()[0]
             if expiry is not None and expiry > self.tick:
                 self._moved_to(expiry)
-            w = next(w for w in sorted(range(self.bound.workers), key=lambda w: w != j %
-                                       self.bound.workers) if self.waiting[w] == NEXT)
             self.say(f"every worker waits: {job} is offered to {self.actors[w].name}, quiet")
             self._after(w, *self.go(w, job))
             return True
@@ -350,6 +359,7 @@ class _World(engine.Scheduler):
         """Every queue ends: each worker returns, in turn."""
         for w in range(self.bound.workers):
             if self.waiting[w] == NEXT:
+                self.actors[w].doing = "return from an ended queue"
                 self._after(w, *self.go(w, None))
 
     def say(self, line: str) -> None:
@@ -489,7 +499,10 @@ def replayed(bound: Bound, tokens: tuple[str, ...]) -> Played:
     """One interleaving played by its witness (in a new process: the worker imported
     afresh), each statement's stored changes noted."""
     with installed():
-        return play(bound, tokens=tokens, faults=True, bounded=False)
+        try:
+            return play(bound, tokens=tokens, faults=True, bounded=False)
+        except ValueError as exc:  # a witness of another bound, or not a witness
+            raise Unsupported(str(exc)) from None
 
 
 def replay(bound: Bound, witness: str) -> tuple[str, bool]:
@@ -498,10 +511,13 @@ def replay(bound: Bound, witness: str) -> tuple[str, bool]:
     with contextlib.ExitStack() as cleanup:
         again = core.Fresh(replayed, (bound, tuple(witness.split())), cleanup).result()
     return "\n".join([
-        (f"the interleaving {witness} of {bound.spec} ({bound.said()}), played again whole in "
+        (f"the interleaving {shlex.quote(witness)} of {bound.spec} ({bound.said()}), played again whole in "
         "a new process"), *again.lines,
         *(f"  {verdict}: FAILED, {what}" for verdict, what in again.failed),
         *["  every verdict held"] * (not again.failed)]), not again.failed
+
+
+_TIMES = {0: "never", 1: "once", 2: "twice"}
 
 
 def report(table: dict[str, Any], seconds: float) -> str:
@@ -513,7 +529,7 @@ def report(table: dict[str, Any], seconds: float) -> str:
              f"{', up to the first failing' * bool(table['failed'])}; {seconds:.1f} s")]
     for j, runs in enumerate(table["runs"]):
         lines.append(f"  job-{j + 1}, its work run: " + ", ".join(
-            f"{n} times in {count:,}" for n, count in runs.items()))
+            f"{_TIMES.get(n, f'{n} times')} in {count:,}" for n, count in runs.items()))
     lines += [f"  {verdict}: " + ("FAILED, " + ", ".join(
         what for v, what in table["failed"] if v == verdict) if any(
         v == verdict for v, _ in table["failed"]) else "held") for verdict in VERDICTS]
