@@ -14,7 +14,8 @@ A subject (the holders' calls, a reader's worker) supplies:
 * play(given, crashes): one interleaving from a fresh start, answering .choices, .options and
   .died (whether an actor was killed), for every(play).
 The engine gives each Actor's .writing (it holds SQLite's write lock: it runs alone to
-COMMIT), .committed (a transaction of the current body that changed a row ended without a
+COMMIT; with .alone set by the subject, its statements there are not stopped at all, only
+kept in .passed), .committed (a transaction of the current body that changed a row ended without a
 rollback), .connections and .kept (what the subject keeps in the actor's process: emptied
 when it dies); a kill (Died raised in the actor's thread, its connections closed with no
 COMMIT); every wait bounded by the timeout (Hung, naming the actor and what it was doing).
@@ -160,6 +161,10 @@ class Actor:
         self.changes: dict[sqlite3.Connection, int] = {}  # rows changed when it last began
         self.gated = self.dead = self.allowed = self.writing = self.committed = False
         self.stopping = self.hung = False
+        # Set by the subject: while it holds the write lock it runs alone to its COMMIT, its
+        # statements not stopped (no other choice is open there), only kept in .passed.
+        self.alone = False
+        self.passed: list[str] = []
         self.ungated: str | None = None
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
 
@@ -179,7 +184,9 @@ class Actor:
         """Run one statement once the scheduler says so; die there if it says so."""
         if self.dead:
             raise Died
-        if self.gated:
+        if self.gated and self.writing and self.alone:
+            self.passed.append(sql)
+        elif self.gated:
             self.pause(sql)
         self.allowed = True
         if not connection.in_transaction:  # what a transaction begun by it finds changed

@@ -239,6 +239,10 @@ class WorkerTests(unittest.TestCase):
         replayed = explorer(*again[2:])
         self.assertEqual(replayed.returncode, 1, replayed.stderr)
         self.assertIn("lost update: FAILED, job-1", replayed.stdout)
+        # A transaction that took the write lock is one choice, yet each statement is shown,
+        # and under its COMMIT, what it stored.
+        self.assertRegex(replayed.stdout, r"\n  tick +\d+  A INSERT INTO fenced .*\n(.*\n)*"
+                         r"  tick +\d+  A COMMIT\n +stored job-1 ")
 
 
 if __name__ == "__main__":

@@ -156,6 +156,8 @@ class _World(engine.Scheduler):
     def __init__(self, bound: Bound, folder: str, faults: bool, notes: bool,
                  cleanup: contextlib.ExitStack) -> None:
         super().__init__(list(_LETTERS[:bound.workers]), bound.timeout, faults, cleanup)
+        for actor in self.actors:  # a writer runs alone to its COMMIT: see README
+            actor.alone = True
         self.bound, self.notes, self.function = bound, notes, load(bound.spec)
         self.faults, self.bounded = faults, True
         self.stop: int | None = None  # the brute force's: the choices open after so many
@@ -331,7 +333,11 @@ class _World(engine.Scheduler):
             self._after(w, *self.fail(w))
         else:
             self.say(f"{name} {said}" + f": {self.tick}" * (at == CLOCK))
-            self._after(w, *self.go(w))
+            told = self.go(w)
+            self.said += [f"  tick {self.tick:>2}  {name} {_short(sql)}"
+                          for sql in self.actors[w].passed]
+            self.actors[w].passed.clear()
+            self._after(w, *told)
         if seen is not None:
             self._noted(seen)
 
