@@ -8,7 +8,8 @@
   its output; a "resource epoch sequence value -> answer" line is leases.Receiver's answer too.
   A python block whose first line is "# from PATH.py" is an excerpt: its lines are in that file
   word for word, in runs split by "..." lines; the file itself runs, if a text block follows.
-  ```sql blocks are PostgreSQL's, run by .ci/postgres.py.
+  ```sql blocks are PostgreSQL's, run by .ci/postgres.py; the seed's two commands, by .ci/run
+  (in a folder of the five files alone, and with each Python).
 - Each | breakage | row of .ci/breakages.md, applied alone to a copy, fails the tests it names
   (of test_leases.py, or of recipes/test_recipes.py for a file in recipes/).
 Timeouts only catch a hang (600 s): CI never fails because the machine is slow.
@@ -34,6 +35,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 HANG = 600.0  # seconds
 CITATION = re.compile(r"\b[A-Z]\w*Tests\.test\w*\b")
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+SEED = ("python3 test_leases.py\n"
+        "python3 run_experiment.py --check results.json --output reproduced.json\n")
 NAMED = re.compile(r"# (\w+\.py)\b")
 EXCERPT = re.compile(r"# from ([\w/]+\.py)\n")
 ELIDED = re.compile(r"^[ \t]*\.\.\.\n", re.MULTILINE)
@@ -134,6 +137,8 @@ def check_block(line: int, language: str, text: str, output: str | None,
     where = f"README line {line}, {language} block"
     if language not in ("sh", "python"):
         raise Drift(f"{where}: make it python, sh, sql (PostgreSQL's), text or mermaid")
+    if text == SEED:
+        return f"{where}: the seed's two commands, run by .ci/run alone and with each Python"
     if excerpt := EXCERPT.match(text):
         script, source = excerpt[1], (ROOT / excerpt[1]).read_text(encoding="utf-8")
         missing = [part for part in ELIDED.split(text[excerpt.end():]) if part not in source]
