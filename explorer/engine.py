@@ -41,6 +41,7 @@ _WRITES = re.compile(r"\s*(BEGIN\s+(IMMEDIATE|EXCLUSIVE)|INSERT|UPDATE|DELETE|RE
                      r"DROP|ALTER|VACUUM|PRAGMA\s+\w*\s*wal_checkpoint\s*\(\s*\W?(FULL|RESTART|"
                      r"TRUNCATE))", re.IGNORECASE)
 _CONNECT = sqlite3.connect  # the explorer's own, never stopped
+GRACE = 1.0  # seconds an actor is waited for after an error
 LOCKED = "database is locked"  # what a statement failed by Scheduler.fail raises
 
 
@@ -207,7 +208,10 @@ class Actor:
         return result
 
     def traced(self, sql: str) -> None:
-        if self.gated and not self.allowed and self.ungated is None:
+        # "-- ...": a statement SQLite runs inside one already stopped before (a trigger's, a
+        # pragma function's), as late as a fetch of its rows.
+        if self.gated and not self.allowed and self.ungated is None and \
+                not sql.startswith("--"):
             self.ungated = sql
 
     def _main(self) -> None:
@@ -260,7 +264,8 @@ class Scheduler:
         for actor in self.actors:
             actor.thread.start()
             cleanup.callback(self._stop, actor)
-        cleanup.push(self._abandon)  # run first: on an error, no actor is waited for
+        self.grace = seconds  # how long an actor is waited for as the interleaving ends
+        cleanup.push(self._abandon)  # run first: on an error, waited for less
 
     def enabled(self) -> list[Any]:
         raise NotImplementedError
@@ -305,6 +310,10 @@ class Scheduler:
             self.tokens.append(named[index])
             options.append(1 if self.died and len(taken) > len(given) else len(choices))
             self.take(choices[index])
+        if tokens is not None and len(taken) < len(tokens) and "witness" not in self.failed:
+            self.said.append(f"  the witness's choice {len(taken) + 1}, "
+                             f"{tokens[len(taken)]!r}, is past the end: nothing is open here")
+            self.failed.append("witness")
         return tuple(taken), tuple(options)
 
     def start(self, i: int, body: Callable[[], Any], doing: str, *,
@@ -352,12 +361,14 @@ class Scheduler:
     def _stop(self, actor: Actor) -> None:
         actor.go.put(None)
         if not actor.hung:  # a hung actor's thread is left to its call
-            actor.thread.join(self.seconds)
+            actor.thread.join(self.grace)
 
     def _abandon(self, kind: Any, *_: Any) -> Literal[False]:
-        if kind is not None:  # an actor may be in a call that never ends
-            for actor in self.actors:
-                actor.hung = True
+        """On an error (a Ctrl-C too), each actor not hung gets a second at most to end its
+        step and close its connections: one may be in a call that never ends, and one left
+        running SQLite as Python exits may crash it (a segmentation fault was seen)."""
+        if kind is not None:
+            self.grace = min(self.seconds, GRACE)
         return False
 
 

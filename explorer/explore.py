@@ -18,7 +18,7 @@ import signal
 import sqlite3
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import statements
@@ -78,16 +78,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--statements", action="store_true",
                         help="interleave the calls at each SQL statement, with a crash before "
                         "each (default bound: 2 holders, acquire write, tick 0, ttl 1)")
-    parser.add_argument("--holders", type=int, choices=range(1, 9), metavar="N",
+    parser.add_argument("--holders", type=_within(1, 8), metavar="N",
                         help="holders A, B, ... (1 to 8; default 2)")
     parser.add_argument("--program", nargs="+", metavar="WORD",
                         help="each holder's steps, from: acquire renew check write release "
                         "retry (its last write again); default: acquire renew write release")
-    parser.add_argument("--last-tick", type=int, choices=range(100), metavar="T",
+    parser.add_argument("--last-tick", type=_within(0, 99), metavar="T",
                         help="ticks 0 to T (default 5)")
-    parser.add_argument("--ttl", type=int, choices=range(1, 100), metavar="N",
+    parser.add_argument("--ttl", type=_within(1, 99), metavar="N",
                         help="ticks a lease lasts (default 2)")
-    parser.add_argument("--resources", type=int, choices=(1, 2), metavar="N",
+    parser.add_argument("--resources", type=_within(1, 2), metavar="N",
                         help="1 or 2: with 2, A acquires the first, B the second, C the first")
     parser.add_argument("--receiver", metavar="MODULE:NAME",
                         help="explore your receiver: NAME(path) with write(resource, epoch, "
@@ -102,14 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replay", metavar="WITNESS",
                         help="play a witness again alone, in a fresh process, as printed after "
                         "'--replay' (with the same bound, mode and --receiver)")
-    parser.add_argument("--sample", type=int, choices=range(10**6), metavar="N",
+    parser.add_argument("--sample", type=_within(0, 999_999), metavar="N",
                         help="step mode: passing schedules played again from a fresh start "
                         "(default 8)")
     parser.add_argument("--seed", type=int, help="the sample's seed (default 0)")
     worker = parser.add_argument_group(
-        "your worker", "--worker MODULE:NAME plays NAME(queue, me, clock, do, leases, jobs)\n"
-        "as each worker (see explorer/README.md, 'Your own worker'); --ttl defaults to\n"
-        "the module's TTL, --timeout and --replay as above")
+        "your worker", "NAME(queue, me, clock, do, leases, jobs) of MODULE played as each\n"
+        "worker (see explorer/README.md, 'Your own worker'); --ttl defaults to MODULE's\n"
+        "TTL; --timeout and --replay as above")
     worker.add_argument("--worker", metavar="MODULE:NAME",
                         help="explore your worker, with the recipe's signature")
     for name, most, default, said in (
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("crashes", 1, 1, "a worker dies before a statement"),
             ("errors", 1, 0, "a statement fails 'database is locked'")):
         least = int(name in ("workers", "jobs"))
-        worker.add_argument(f"--{name}", type=int, choices=range(least, most + 1), metavar="N",
+        worker.add_argument(f"--{name}", type=_within(least, most), metavar="N",
                             help=f"{said}: {least} to {most}{', at most' * (not least)} "
                             f"(default {default})")
     args = parser.parse_args(argv)
@@ -142,11 +142,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(number, handler)
 
 
+def _within(least: int, most: int) -> Callable[[str], int]:
+    """An option's type: a whole number from `least` to `most`."""
+    def number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"wants a whole number, got {text!r}") from None
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"wants {least} to {most}, got {value}")
+        return value
+    return number
+
+
 def _refused(args: argparse.Namespace) -> str | None:
     """What is wrong with options each fine alone, if anything."""
     for name in _NOT_WORKERS if args.worker is not None else _WORKERS:
         option = "--" + name.replace("_", "-")
-        if getattr(args, name) not in (None, False):
+        if getattr(args, name) is not None and getattr(args, name) is not False:  # 0 given too
             return (f"--worker takes no {option}" if args.worker is not None else
                     f"{option} is for --worker alone")
     if args.timeout is not None and not 0 < args.timeout < float("inf"):

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -19,14 +20,18 @@ import unittest
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [HERE, ROOT, os.path.join(ROOT, "recipes")]  # the explorer, leases.py, worker.py
 
+import fence
 import worker
 import workers
 from workers import Bound
+
+from leases import LeaseAuthority
 
 # SQLite's syncs to disk were most of these tests' time; no test is about durability, so their
 # files (and those of the explorers they start) go in memory where the machine has a folder
@@ -116,6 +121,48 @@ def stuck(queue: Iterable[str], me: str, clock: object, do: object, leases: str,
         threading.Event().wait()
 
 
+def quits(queue: Iterable[str], me: str, clock: object, do: object, leases: str,
+          jobs: str) -> None:
+    """A worker that returns at once, its queue untouched: no one is left to do the job."""
+
+
+def replacing_write(db: sqlite3.Connection, write: dict[str, Any]) -> str:
+    """The recipe fence's rules, decided in Python inside BEGIN IMMEDIATE, stored by INSERT OR
+    REPLACE (SQLite deletes the row, then inserts): correct, as the recipe's is."""
+    new = (write["epoch"], write["sequence"], write["value"])
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        row = db.execute("SELECT epoch, sequence, value FROM fenced WHERE resource = ?",
+                         (write["resource"],)).fetchone()
+        if row is None or (row[2] != "done" and new[:2] > tuple(row[:2])):
+            db.execute("INSERT OR REPLACE INTO fenced VALUES (?, ?, ?, ?)",
+                       (write["resource"], *new))
+            answer = "applied"
+        else:
+            answer = "replay" if tuple(row) == new else "done" if row[2] == "done" else \
+                "stale" if tuple(row[:2]) != new[:2] else "conflict"
+        db.execute("COMMIT")
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+    return answer
+
+
+def replacing(queue: Iterable[str], me: str, clock: Callable[[], int], do: worker.Work,
+              leases: str, jobs: str) -> None:
+    worker.work(queue, me, clock, do, leases, jobs, write=replacing_write)
+
+
+def per_job(queue: Iterable[str], me: str, clock: Callable[[], int], do: worker.Work,
+            leases: str, jobs: str) -> None:
+    """The recipe's worker opening the authority anew for each job (its check of the file runs
+    a pragma function: SQLite runs a statement inside the one stopped before)."""
+    with contextlib.closing(worker.open_jobs(jobs)) as db:
+        for job in queue:
+            with LeaseAuthority(leases) as authority, contextlib.suppress(worker.GaveUp):
+                worker.run_job(authority, db, job, me, clock, do, fence.fenced_write)
+
+
 _started = [0]  # how many workers this process started: what `forgetful` rests on
 
 
@@ -196,7 +243,9 @@ class WorkerTests(unittest.TestCase):
                      ["--worker", "worker:work", "--holders", "2"],
                      ["--worker", "worker:work", "--statements"],
                      ["--worker", "worker:work", "--replay", "B? job-9>Z"],
-                     ["--jobs", "2"], ["--statements", "--replay", " "], ["--no-such"]):
+                     ["--worker", "worker:work", "--replay", " ".join(["A"] * 60)],
+                     ["--jobs", "2"], ["--crashes", "0"], ["--statements", "--replay", " "],
+                     ["--ttl", "1000"], ["--no-such"]):
             with self.subTest(args=args):
                 done = explorer(*args)
                 self.assertEqual(done.returncode, 2, done.stderr)
@@ -206,10 +255,43 @@ class WorkerTests(unittest.TestCase):
         for name, witness in (("raises", ""), ("gives_up", "A job-1>B B")):
             with self.subTest(worker=name):
                 found = workers.explore_workers(Bound(f"test_workers:{name}"))
-                self.assertEqual(found["failed"], (("exception", "A"), ("exception", "B")))
+                self.assertEqual(found["failed"], (("unfinished", "job-1"), ("exception", "A"),
+                                                   ("exception", "B")))
                 self.assertTrue(found["witness"][-1].endswith(
                     f"--replay {shlex.quote(witness)}"), found["witness"])
                 self.assertFalse(workers.replay(Bound(f"test_workers:{name}"), witness)[1])
+
+    def test_a_worker_that_returns_at_once_fails_unfinished(self) -> None:
+        found = workers.explore_workers(Bound("test_workers:quits", crashes=0, jumps=0))
+        self.assertEqual(found["failed"], (("unfinished", "job-1"),))
+
+    def test_correct_workers_written_otherwise_pass(self) -> None:
+        for name in ("replacing", "per_job"):
+            with self.subTest(worker=name):
+                found = workers.explore_workers(Bound(f"test_workers:{name}", preemptions=0))
+                self.assertEqual(found["failed"], ())
+
+    def test_your_fence_beside_your_worker_is_the_one_it_imports_and_its_ttl_is_checked(
+            self) -> None:
+        folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, folder)
+        recipes = os.path.join(ROOT, "recipes")
+        shutil.copy(os.path.join(recipes, "worker.py"), os.path.join(folder, "mine.py"))
+        with open(os.path.join(recipes, "fence.py"), encoding="utf-8") as file:
+            blind = file.read().replace("\n  WHERE fenced.value <> 'done'\n    AND (excluded.epoch,"
+                                        " excluded.sequence) > (fenced.epoch, fenced.sequence)",
+                                        "")
+        self.assertNotIn("WHERE fenced", blind)
+        with open(os.path.join(folder, "fence.py"), "w", encoding="utf-8") as file:
+            file.write(blind)
+        done = explorer("--worker", "mine:work", "--crashes", "0", folder=folder)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("lost update: FAILED, job-1", done.stdout)
+        with open(os.path.join(folder, "big.py"), "w", encoding="utf-8") as file:
+            file.write("from mine import work\nTTL = 1000\n")
+        done = explorer("--worker", "big:work", folder=folder)
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertRegex(done.stderr, r"^explore: .*TTL is 1000, [^\n]+\n$")
 
     def test_a_worker_whose_answers_rest_on_more_than_its_files_is_one_line_and_exit_1(
             self) -> None:

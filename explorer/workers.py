@@ -36,6 +36,11 @@ from pool import HISTORY, judge
 
 from leases import LeaseAuthority
 
+# The recipes' modules are the explorer's here (the jobs file's table, its log, the judge); a
+# reader's fence.py or worker.py beside their worker must be the one their worker imports.
+for _name in ("fence", "pool", "worker"):
+    sys.modules.pop(_name, None)
+
 __all__ = ["VERDICTS", "Bound", "Played", "explore_workers", "installed", "load", "play",
            "replay", "report", "searched"]
 
@@ -46,6 +51,12 @@ CREATE TRIGGER granted AFTER INSERT ON leases BEGIN
   INSERT INTO grants VALUES (new.resource, new.holder, new.epoch); END;
 CREATE TRIGGER regranted AFTER UPDATE ON leases WHEN new.epoch <> old.epoch BEGIN
   INSERT INTO grants VALUES (new.resource, new.holder, new.epoch); END;"""
+# Beside pool.HISTORY's log of each UPDATE: a row stored by INSERT (after INSERT OR REPLACE, or
+# a DELETE), logged over the row logged last, else the job's first.
+INSERTS = """CREATE TRIGGER inserted AFTER INSERT ON fenced BEGIN INSERT INTO history
+  SELECT new.resource, COALESCE(h.epoch, 0), COALESCE(h.sequence, 0), COALESCE(h.value,
+  'queued'), new.epoch, new.sequence, new.value FROM (SELECT 1) LEFT JOIN (SELECT * FROM
+  history WHERE resource = new.resource ORDER BY rowid DESC LIMIT 1) h; END;"""
 _LETTERS = "ABCDEFGH"
 CLOCK, NEXT, WORK = "the clock", "the next job", "the work on "  # the gates besides statements
 _CONNECT = sqlite3.connect  # the explorer's own, never stopped
@@ -71,9 +82,10 @@ class Bound:
 
     def said(self) -> str:
         k = "any number of" if self.preemptions is None else f"at most {self.preemptions}"
-        return (f"{self.workers} workers, {self.jobs} job{'s' * (self.jobs != 1)}, ttl "
-                f"{self.ttl}; {k} preemptions, {self.jumps} clock jump, {self.crashes} crash, "
-                f"{self.errors} store error")
+        return (f"{_many(self.workers, 'worker')}, {_many(self.jobs, 'job')}, ttl {self.ttl}; "
+                f"{k} preemption{'s' * (self.preemptions != 1)}, "
+                f"{_many(self.jumps, 'clock jump')}, {_many(self.crashes, 'crash', 'es')}, "
+                f"{_many(self.errors, 'store error')}")
 
     def command(self, witness: str) -> str:
         words = ["python3", core.script(), "--worker", self.spec]
@@ -82,6 +94,10 @@ class Bound:
             if getattr(self, name) != getattr(Bound, name) and getattr(self, name) is not None:
                 words += [f"--{name}", f"{getattr(self, name):g}"]
         return shlex.join([*words, "--replay", witness])
+
+
+def _many(n: int, thing: str, plural: str = "s") -> str:
+    return f"{n} {thing}{plural * (n != 1)}"
 
 
 class Played(NamedTuple):
@@ -106,9 +122,10 @@ def load(spec: str) -> Callable[..., None]:
     module, colon, name = spec.partition(":")
     if not (module and colon and name):
         raise ValueError(f"--worker wants MODULE:NAME, got {spec!r}")
-    for folder in (core.HERE, RECIPES, os.getcwd()):
-        if folder not in sys.path:
-            sys.path.append(folder)
+    for folder in (RECIPES, core.HERE, os.getcwd()):  # the current folder first
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+        sys.path.insert(0, folder)
     try:
         found = getattr(__import__(module), name, None)
     except Exception as exc:  # noqa: BLE001 - a module that raises, or will not compile
@@ -139,6 +156,7 @@ def _made(folder: str, names: list[str]) -> tuple[str, str]:
                 db.executescript(HISTORY)
                 db.executemany("INSERT INTO fenced VALUES (?, 0, 0, 'queued')",
                                [(job,) for job in names])
+                db.executescript(INSERTS)
             with open(leases, "rb") as made_leases, open(jobs, "rb") as made_jobs:
                 _made_once[tuple(names)] = (made_leases.read(), made_jobs.read())
     paths = (os.path.join(folder, "leases.sqlite3"), os.path.join(folder, "jobs.sqlite3"))
@@ -155,6 +173,15 @@ class _World(engine.Scheduler):
 
     def __init__(self, bound: Bound, folder: str, faults: bool, notes: bool,
                  cleanup: contextlib.ExitStack) -> None:
+        self.names = [f"job-{j + 1}" for j in range(bound.jobs)]
+        self.leases, self.jobs = _made(folder, self.names)
+        # The explorer's own connections, used in a worker's turn too (its work's record):
+        # closed once the actors, made next, are stopped.
+        self.grants = _CONNECT(self.leases, isolation_level=None, timeout=0,
+                               check_same_thread=False)
+        self.db = _CONNECT(self.jobs, isolation_level=None, timeout=0, check_same_thread=False)
+        cleanup.callback(self.grants.close)
+        cleanup.callback(self.db.close)
         super().__init__(list(_LETTERS[:bound.workers]), bound.timeout, faults, cleanup)
         for actor in self.actors:  # a writer runs alone to its COMMIT: see README
             actor.alone = True
@@ -162,14 +189,6 @@ class _World(engine.Scheduler):
         self.faults, self.bounded = faults, True
         self.stop: int | None = None  # the brute force's: the choices open after so many
         self.open: tuple[str, ...] | None = None
-        self.names = [f"job-{j + 1}" for j in range(bound.jobs)]
-        self.leases, self.jobs = _made(folder, self.names)
-        # The explorer's own connections, used in a worker's turn too (its work's record).
-        self.grants = _CONNECT(self.leases, isolation_level=None, timeout=0,
-                               check_same_thread=False)
-        self.db = _CONNECT(self.jobs, isolation_level=None, timeout=0, check_same_thread=False)
-        cleanup.callback(self.grants.close)
-        cleanup.callback(self.db.close)
         self.tick = 0
         self.pending = [[job for j, job in enumerate(self.names) if j % bound.workers == w]
                         for w in range(bound.workers)]
@@ -393,15 +412,15 @@ class _World(engine.Scheduler):
         for job, (lost, reverted, value) in sorted(judge(self.jobs).items()):
             failed += [("lost update", job)] * bool(lost)
             failed += [("done reverted", job)] * bool(reverted)
-            failed += [("unfinished", job)] * (value != "done" and job in self.quiet)
+            failed += [("unfinished", job)] * (value != "done")  # (after the quiet offer)
         failed += [("exception", name) for name, _ in self.exceptions]
         for job, name, history, grants in self.runs:
             epoch = self.grants.execute(
                 "SELECT epoch FROM grants WHERE resource = ? AND holder = ? AND rowid <= ? "
                 "ORDER BY rowid DESC", (job, name, grants)).fetchone()
             applied = epoch and self.db.execute(
-                "SELECT 1 FROM history WHERE resource = ? AND epoch = ? AND sequence = 1 AND "
-                "value = 'running' AND rowid <= ?", (job, epoch[0], history)).fetchone()
+                "SELECT 1 FROM history WHERE resource = ? AND epoch = ? AND value = 'running' "
+                "AND rowid <= ?", (job, epoch[0], history)).fetchone()
             if not applied and ("unfenced work", job) not in failed:
                 failed.append(("unfenced work", job))
         if not (self.died or self.moved):
@@ -421,8 +440,8 @@ def play(bound: Bound, given: tuple[int, ...] = (), *, faults: bool = True,
     `tokens` (then each statement's stored changes noted), then the first open at each point;
     with `stop`, only that many choices (the choices open there in .lines)."""
     with contextlib.ExitStack() as cleanup:
-        folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="workers-",
-                                                                   dir=_base))
+        folder = cleanup.enter_context(tempfile.TemporaryDirectory(
+            prefix="workers-", dir=_base, ignore_cleanup_errors=True))  # (see engine.grace)
         world = _World(bound, folder, faults, tokens is not None and stop is None, cleanup)
         world.stop, world.bounded = stop, bounded
         taken, options = world.chosen(given, tokens)
@@ -451,7 +470,7 @@ def installed(memory: bool = False) -> Iterator[None]:
     with contextlib.ExitStack() as cleanup:
         if memory and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
             _base = cleanup.enter_context(tempfile.TemporaryDirectory(
-                prefix="workers-", dir="/dev/shm"))
+                prefix="workers-", dir="/dev/shm", ignore_cleanup_errors=True))
         cleanup.enter_context(engine.gated())
         try:
             yield
@@ -479,7 +498,7 @@ def explore_workers(bound: Bound) -> dict[str, Any]:
     counts: Counter[str] = Counter()
     runs: list[Counter[int]] = [Counter() for _ in range(bound.jobs)]
     failing = None
-    with installed(memory=True):
+    with installed(memory=True), _named(bound):
         for run in searched(bound):
             counts[kind(run)] += 1
             for j, n in enumerate(run.runs):
@@ -499,6 +518,15 @@ def explore_workers(bound: Bound) -> dict[str, Any]:
         shown = [*again.lines, "  again: " + bound.command(" ".join(again.tokens))]
     return {"bound": bound, "counts": dict(counts), "runs": [dict(sorted(c.items()))
             for c in runs], "failed": failing.failed if failing else (), "witness": shown}
+
+
+@contextlib.contextmanager
+def _named(bound: Bound) -> Iterator[None]:
+    """core.Different, naming the worker."""
+    try:
+        yield
+    except core.Different as exc:
+        raise core.Different(f"--worker {bound.spec!r}: {exc}") from None
 
 
 def replayed(bound: Bound, tokens: tuple[str, ...]) -> Played:
@@ -549,7 +577,10 @@ def bound_from(args: Any) -> Bound:
     """The bound the command line asks for (explore.py's --worker and its options)."""
     given = {name: getattr(args, name, None) for name in (
         "workers", "jobs", "preemptions", "jumps", "crashes", "errors", "ttl", "timeout")}
-    module = load(args.worker)
-    ttl = getattr(sys.modules[module.__module__], "TTL", None)
-    bound = Bound(args.worker, **({"ttl": ttl} if isinstance(ttl, int) else {}))
-    return replace(bound, **{k: v for k, v in given.items() if v is not None})
+    load(args.worker)
+    ttl = getattr(sys.modules[args.worker.partition(":")[0]], "TTL", Bound.ttl)
+    if given["ttl"] is None and (type(ttl) is not int or not 1 <= ttl <= 99):
+        raise Unsupported(f"--worker {args.worker!r}: its module's TTL is {ttl!r}, not a whole "
+                          "number of ticks from 1 to 99: give --ttl")
+    return replace(Bound(args.worker, ttl=ttl), **{k: v for k, v in given.items()
+                                                   if v is not None})
