@@ -419,8 +419,8 @@ class _World(engine.Scheduler):
                 "SELECT epoch FROM grants WHERE resource = ? AND holder = ? AND rowid <= ? "
                 "ORDER BY rowid DESC", (job, name, grants)).fetchone()
             applied = epoch and self.db.execute(
-                "SELECT 1 FROM history WHERE resource = ? AND epoch = ? AND value = 'running' "
-                "AND rowid <= ?", (job, epoch[0], history)).fetchone()
+                "SELECT 1 FROM history WHERE resource = ? AND epoch = ? AND rowid <= ?",
+                (job, epoch[0], history)).fetchone()
             if not applied and ("unfenced work", job) not in failed:
                 failed.append(("unfenced work", job))
         if not (self.died or self.moved):
