@@ -254,6 +254,7 @@ class Scheduler:
 
     def __init__(self, names: list[str], seconds: float, crashes: bool,
                  cleanup: contextlib.ExitStack) -> None:
+        self.grace = seconds  # how long an actor is waited for as the interleaving ends
         self.told: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.actors = [Actor(name, self.told) for name in names]
         self.seconds, self.crashes, self.died = seconds, crashes, False
@@ -264,7 +265,6 @@ class Scheduler:
         for actor in self.actors:
             actor.thread.start()
             cleanup.callback(self._stop, actor)
-        self.grace = seconds  # how long an actor is waited for as the interleaving ends
         cleanup.push(self._abandon)  # run first: on an error, waited for less
 
     def enabled(self) -> list[Any]:
