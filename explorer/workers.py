@@ -29,8 +29,9 @@ from engine import gate, interleave
 from receivers import fits
 
 RECIPES = os.path.join(os.path.dirname(core.HERE), "recipes")
-if RECIPES not in sys.path:
-    sys.path.append(RECIPES)
+sys.path.insert(0, RECIPES)  # the recipes' own, first: a reader's fence.py may be on the path
+for _name in ("fence", "pool", "worker"):
+    sys.modules.pop(_name, None)
 import fence
 from pool import HISTORY, judge
 
