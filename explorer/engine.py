@@ -15,8 +15,8 @@ A subject (the holders' calls, a reader's worker) supplies:
   .died (whether an actor was killed), for every(play).
 The engine gives each Actor's .writing (it holds SQLite's write lock: it runs alone to
 COMMIT; with .alone set by the subject, its statements there are not stopped at all, only
-kept in .passed), .committed (a transaction of the current body that changed a row ended without a
-rollback), .connections and .kept (what the subject keeps in the actor's process: emptied
+kept in .passed), .committed (a transaction of the current body that changed a row ended
+without a rollback), .connections and .kept (what the subject keeps in the actor's process: emptied
 when it dies); a kill (Died raised in the actor's thread, its connections closed with no
 COMMIT); every wait bounded by the timeout (Hung, naming the actor and what it was doing).
 A failing interleaving is played again by core.Fresh in a new process.

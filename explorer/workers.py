@@ -29,18 +29,24 @@ from engine import gate, interleave
 from receivers import fits
 
 RECIPES = os.path.join(os.path.dirname(core.HERE), "recipes")
-sys.path.insert(0, RECIPES)  # the recipes' own, first: a reader's fence.py may be on the path
-for _name in ("fence", "pool", "worker"):
-    sys.modules.pop(_name, None)
+
+
+def _forget_recipes() -> None:
+    """The recipes' modules are the explorer's here (the jobs file's table, its log, the
+    judge), imported from recipes/ first; a reader's fence.py or worker.py beside their worker,
+    imported after, is the one their worker gets."""
+    for name in ("fence", "pool", "worker"):
+        sys.modules.pop(name, None)
+
+
+sys.path.insert(0, RECIPES)
+_forget_recipes()
 import fence
 from pool import HISTORY, judge
 
 from leases import LeaseAuthority
 
-# The recipes' modules are the explorer's here (the jobs file's table, its log, the judge); a
-# reader's fence.py or worker.py beside their worker must be the one their worker imports.
-for _name in ("fence", "pool", "worker"):
-    sys.modules.pop(_name, None)
+_forget_recipes()
 
 __all__ = ["VERDICTS", "Bound", "Played", "explore_workers", "installed", "load", "play",
            "replay", "report", "searched"]
